@@ -64,6 +64,17 @@ def _serve_start_lines(env: dict[str, str], options: list[str], last: str) -> li
     return lines
 
 
+@pytest.fixture(scope="module")
+def served_by_default(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """What `grandbo serve` with no setting but its home writes to stderr up to "grandbo serving": one start,
+    shared by the tests that only read it (the environment `_isolated_env` gives each test)."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_") or k == "GRANDBO_LOCAL_MODEL_DIR"}
+    env |= {"GRANDBO_HOME": str(tmp_path_factory.mktemp("serve") / "home"), "GRANDBO_SQLITE_SYNCHRONOUS": "NORMAL"}
+    return _serve_start_lines(env, [], "grandbo serving")
+
+
 def test_serve_without_a_worker_says_who_embeds(tmp_path):
     """`--no-worker` leaves embedding to `grandbo worker` processes: without one, memories stay pending, and
     the server says so when it starts rather than only in /readyz's outbox depth."""
@@ -74,22 +85,19 @@ def test_serve_without_a_worker_says_who_embeds(tmp_path):
     assert "run `grandbo worker` against the same store" in lines[-1]
 
 
-def test_serve_logs_its_index_memory_bound_and_where_it_came_from(tmp_path):
+def test_serve_logs_its_index_memory_bound_and_where_it_came_from(served_by_default):
     """Unset, GRANDBO_INDEX_MEMORY_MB follows this machine (or container); the server says which bound it took, so
     an operator need not work it out from /proc."""
-    import os
-
     from grandbo.machine import cgroup_memory_limit, index_memory_default, physical_memory
 
-    env = {**{k: v for k, v in os.environ.items() if k != "GRANDBO_INDEX_MEMORY_MB"}, "GRANDBO_HOME": str(tmp_path)}
-    lines = _serve_start_lines(env, [], "grandbo serving")
+    lines = served_by_default
     bound = [json.loads(line) for line in lines if '"index.memory_bound"' in line]
     assert len(bound) == 1, lines
     assert (bound[0]["mb"], bound[0]["source"]) == index_memory_default(physical_memory(), cgroup_memory_limit())
     assert bound[0]["source"] != "GRANDBO_INDEX_MEMORY_MB"
 
 
-def test_serve_logs_as_the_logging_settings_say_when_they_are_set(tmp_path):
+def test_serve_logs_as_the_logging_settings_say_when_they_are_set(tmp_path, served_by_default):
     """`grandbo serve` logged INFO JSON whatever GRANDBO_LOG_LEVEL and GRANDBO_LOG_JSON said: set, they apply."""
     import os
 
@@ -101,20 +109,21 @@ def test_serve_logs_as_the_logging_settings_say_when_they_are_set(tmp_path):
                                "grandbo serving")  # fmt: skip
     bound = [line for line in plain if "index.memory_bound" in line]
     assert len(bound) == 1 and not bound[0].lstrip().startswith("{"), plain  # INFO still, as console lines
-    default = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "c")}, [], "grandbo serving")
+    default = served_by_default  # neither set
     assert any(json.loads(line).get("event") == "index.memory_bound" for line in default if line.startswith("{"))
 
 
 @pytest.mark.parametrize(("setting", "young"), [(None, 10_000), ("0", 0)])
-def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(tmp_path, setting, young):
+def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(request, tmp_path, setting, young):
     """Each full collection of a server holding a few hundred orgs' indexes stopped every request for about
     250 ms: once started, the server freezes what it holds and collects young objects less often (0 opts out)."""
     import os
 
-    env = {**{k: v for k, v in os.environ.items() if k != "GRANDBO_GC_YOUNG_OBJECTS"}, "GRANDBO_HOME": str(tmp_path)}
-    if setting is not None:
-        env["GRANDBO_GC_YOUNG_OBJECTS"] = setting
-    lines = _serve_start_lines(env, [], "grandbo serving")
+    if setting is None:
+        lines = request.getfixturevalue("served_by_default")
+    else:
+        env = {**os.environ, "GRANDBO_HOME": str(tmp_path), "GRANDBO_GC_YOUNG_OBJECTS": setting}
+        lines = _serve_start_lines(env, [], "grandbo serving")
     (settled,) = [json.loads(line) for line in lines if '"heap.settled"' in line]
     assert settled["young_objects"] == young
     assert (settled["frozen"] > 50_000) if young else (settled["frozen"] == 0)  # the modules, the app, the model

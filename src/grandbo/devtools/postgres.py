@@ -295,10 +295,14 @@ class LocalPostgres:
     ) -> None:
         self.stop()
 
-    def create_database(self, name: str) -> str:
-        """CREATE DATABASE ``name`` with the vector extension installed; return its superuser URL."""
+    def create_database(self, name: str, template: str | None = None) -> str:
+        """CREATE DATABASE ``name`` (a copy of database ``template`` if given, which no session may be
+        connected to) with the vector extension installed; return its superuser URL."""
+        create = sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name))
+        if template is not None:
+            create += sql.SQL(" TEMPLATE {}").format(sql.Identifier(template))
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            conn.execute(create)
         with psycopg.connect(self.url(name), autocommit=True) as conn:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         return self.url(name)
@@ -315,11 +319,13 @@ class LocalPostgres:
         password: str = "app-password",  # noqa: S107 (throwaway server)
         owner: str = "grandbo_owner",
         owner_password: str = "owner-password",  # noqa: S107
+        template: str | None = None,
     ) -> str:
         """A database with pgvector for Grandbo's two roles, as production runs it: `owner` (no SUPERUSER)
         owns the database and its schema and runs the migrations (GRANDBO_MIGRATE_DATABASE_URL); `role`
         (no SUPERUSER, no BYPASSRLS) owns nothing and is what Grandbo connects as. Return the runtime URL;
-        `owner_url` gives the owner's."""
+        `owner_url` gives the owner's. With ``template``, the database starts as a copy of that one (say, one
+        already migrated)."""
         with psycopg.connect(self.admin_url, autocommit=True) as conn:
             for who, secret in ((role, password), (owner, owner_password)):
                 if not conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (who,)).fetchone():
@@ -328,7 +334,7 @@ class LocalPostgres:
                             sql.Identifier(who), sql.Literal(secret)
                         )
                     )
-        self.create_database(name)
+        self.create_database(name, template)
         with psycopg.connect(self.url(name), autocommit=True) as conn:
             conn.execute(sql.SQL("ALTER DATABASE {} OWNER TO {}").format(sql.Identifier(name), sql.Identifier(owner)))
             conn.execute(sql.SQL("ALTER SCHEMA public OWNER TO {}").format(sql.Identifier(owner)))
