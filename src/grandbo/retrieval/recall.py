@@ -235,7 +235,7 @@ class Recall:
             rerank.score(candidate, similarity, context, policy.rerank, facts.topology, rates,
                          facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
             for candidate, similarity in zip(pool, rerank.similarities(pool, policy.weakest_fused), strict=True)
-        ], policy.rerank)  # fmt: skip
+        ], policy.rerank, k)  # fmt: skip
         calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}
         if calibration is not None:

@@ -215,16 +215,18 @@ def score(
     return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
 
 
-def order(scored: Sequence[Scored], policy: RerankPolicy) -> list[Scored]:
+def order(scored: Sequence[Scored], policy: RerankPolicy, places: int | None = None) -> list[Scored]:
     """The re-ranked order: place after place, the best composite score among the remaining candidates
     that the strongest remaining fused candidate does not clearly beat by the policy's bands (ties: the
-    fused order)."""
+    fused order). The first `places` only when given: each place depends only on those before it, so they are
+    the whole order's first ones, without filling the places no one reads (each place scans all remaining)."""
     remaining = sorted(scored, key=lambda s: s.candidate.fused_rank)
     finals = [s.final for s in remaining]
     cosines = [s.candidate.cosine or 0.0 for s in remaining]
     coverages = [s.candidate.coverage or 0.0 for s in remaining]
     ranked: list[Scored] = []
-    while remaining:
+    wanted = len(remaining) if places is None else places
+    while remaining and len(ranked) < wanted:
         # A candidate the head clearly beats (cosine or coverage more than a band lower) cannot take its place.
         low_cosine, low_coverage = cosines[0] - policy.cosine_band, coverages[0] - policy.coverage_band
         best = 0
