@@ -227,14 +227,14 @@ class Recall:
             for rank, (entry_id, fused) in enumerate(ranked, start=1)
             if entry_id in entries
         ]
-        runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
-        rates = facts.win_rates(runbooks, situation)  # and `used_on` below: the same runbooks, counted now
+        runbooks = [rerank.runbook_of(c.entry) for c in pool]
+        rates = facts.win_rates([rb for rb in runbooks if rb], situation)  # and `used_on` below: counted now
         read()
         context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
-            rerank.score(candidate, similarity, context, policy.rerank, facts.topology, rates,
-                         facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
-            for candidate, similarity in zip(pool, rerank.similarities(pool, policy.weakest_fused), strict=True)
+            rerank.score(c, scaled, context, policy.rerank, facts.topology, rates, runbook,
+                         facts.used_on(c.entry.id) if c.entry.kind is Kind.RUNBOOK else ())
+            for c, scaled, runbook in zip(pool, rerank.similarities(pool, policy.weakest_fused), runbooks, strict=True)
         ], policy.rerank, k)  # fmt: skip
         calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}

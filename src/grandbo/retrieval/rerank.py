@@ -186,10 +186,12 @@ def score(
     policy: RerankPolicy,
     topology: Hops,
     win_rates: Mapping[str, tuple[float, str]],
+    runbook: str | None,
     used_on: Sequence[str] = (),
 ) -> Scored:
-    """The composite score of one candidate (explained by `Scored.evidence`); a runbook's services include
-    the ones it was used on (`used_on`); the weights and each component's constants are the policy's."""
+    """The composite score of one candidate (explained by `Scored.evidence`) that used or is `runbook`
+    (`runbook_of`, which the caller has already read for the win rates); a runbook's services include the
+    ones it was used on (`used_on`); the weights and each component's constants are the policy's."""
     entry, weights, neutral = candidate.entry, policy.weights, policy.neutral
     services = [*entry.services, *used_on] if used_on else entry.services
     hops = topology.closest(context.services, services) if context.services else None
@@ -198,7 +200,6 @@ def score(
         severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / policy.severity_tiers
     else:
         severity_value = neutral
-    runbook = runbook_of(entry)
     effect_value, runbook_note = neutral, "no runbook"
     if runbook is not None:
         effect_value, runbook_note = win_rates.get(runbook, (neutral, f"{runbook}: never tried"))
