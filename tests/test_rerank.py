@@ -166,6 +166,16 @@ def test_bonuses_reorder_near_ties_only():
     assert [s.candidate.entry.id for s in plain] == ["strong", "near", "weak", "lexical-only"]
 
 
+def test_the_first_places_of_an_order_are_the_whole_orders_first():
+    finals = (0.2, 0.9, 0.4, 0.95, 0.3, 0.99, 0.1, 0.5)
+    cosines = (0.7, 0.7, 0.7, 0.7, 0.7, 0.5, 0.7, 0.7)  # the sixth clearly weaker: it waits for its turn
+    scored = [_scored(_candidate(f"c{rank}", rank, cosines[rank - 1], 0.8), finals[rank - 1]) for rank in range(1, 9)]
+    whole = rerank.order(scored, DEFAULT_POLICY.rerank)
+    assert [s.candidate.entry.id for s in whole] == ["c4", "c2", "c8", "c3", "c5", "c1", "c6", "c7"]
+    for places in range(len(scored) + 2):
+        assert rerank.order(scored, DEFAULT_POLICY.rerank, places) == whole[:places]
+
+
 def test_a_runbook_scores_same_service_where_it_was_used(scenario):
     scenario.runbooks.add("RB-SESSIONS-FLUSH", "Flush expired session keys", ["Run the flush job"])  # no services
     for _ in range(4):

@@ -126,7 +126,8 @@ class Recall:
             if arm is Arm.RERANKED:
                 # Oversample: every fused candidate is re-ranked, then the list is cut to k.
                 hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
-                                                   judged=unjudged is None, notes=notes, read=reads.close)  # fmt: skip
+                                                   judged=unjudged is None, notes=notes, read=reads.close,
+                                                   steady=shared is not None)  # fmt: skip
             else:
                 hits = self._fuse(view, arm, lexical, vector, k)
         timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
@@ -202,12 +203,12 @@ class Recall:
     def _rerank(
         self, view: OrgIndex, topic: str, lexical: list[LexicalHit], vector: list[VectorHit],
         services: Sequence[str] | None, severity: Severity | None, now: datetime, k: int, *, judged: bool,
-        notes: list[str], read: Callable[[], None] = lambda: None,
+        notes: list[str], read: Callable[[], None] = lambda: None, steady: bool = False,
     ) -> tuple[list[dict[str, Any]], Verdict, datetime]:  # fmt: skip
-        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; until
-        when the same would come at a later `now` (`rerank.steady_until`). Not `judged` (no cosine: the vector arm
-        skipped, or nothing embedded yet), there is no verdict and no recurrence label: the calibration weighs the
-        best cosine. `read` is called once the store has been read for all of it (the scoring reads nothing more)."""
+        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; if `steady`
+        (an answer kept for alike alerts), until when the same would come later (`rerank.steady_until`). Not `judged`
+        (no cosine: the vector arm skipped, or nothing embedded yet): no verdict and no recurrence label (the
+        calibration weighs the best cosine). `read` is called once the store is read for all (scoring reads no more)."""
         ranked = rrf([[hit.entry_id for hit in lexical], [hit.entry_id for hit in vector]], self._policy.fusion.rrf_k)
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
@@ -227,15 +228,15 @@ class Recall:
             for rank, (entry_id, fused) in enumerate(ranked, start=1)
             if entry_id in entries
         ]
-        runbooks = [rb for rb in (rerank.runbook_of(c.entry) for c in pool) if rb]
-        rates = facts.win_rates(runbooks, situation)  # and `used_on` below: the same runbooks, counted now
+        runbooks = [rerank.runbook_of(c.entry) for c in pool]
+        rates = facts.win_rates([rb for rb in runbooks if rb], situation)  # and `used_on` below: counted now
         read()
         context = rerank.Context(services=situation, severity=severity, now=now, catalog=bool(facts.topology.names))
         scored = rerank.order([
-            rerank.score(candidate, similarity, context, policy.rerank, facts.topology, rates,
-                         facts.used_on(candidate.entry.id) if candidate.entry.kind is Kind.RUNBOOK else ())
-            for candidate, similarity in zip(pool, rerank.similarities(pool, policy.weakest_fused), strict=True)
-        ], policy.rerank)  # fmt: skip
+            rerank.score(c, scaled, context, policy.rerank, facts.topology, rates, runbook,
+                         facts.used_on(c.entry.id) if c.entry.kind is Kind.RUNBOOK else ())
+            for c, scaled, runbook in zip(pool, rerank.similarities(pool, policy.weakest_fused), runbooks, strict=True)
+        ], policy.rerank, k)  # fmt: skip
         calibration = verdict.choose(facts.calibration, *self._space(view)) if judged else None
         strong: dict[str, bool] = {}
         if calibration is not None:
@@ -243,8 +244,7 @@ class Recall:
             strong = {c.entry.id: p >= calibration.threshold for c, p in zip(pool, alone, strict=True)}
         recent_days = policy.verdict.recent_days
         recent = [c.entry for c in pool if strong.get(c.entry.id) and (now - c.entry.occurred_at).days <= recent_days]
-        hits = []
-        above = float("inf")
+        hits, above = [], float("inf")
         for rank, result in enumerate(scored[:k], start=1):
             candidate = result.candidate
             # A hit the relevance band kept under one with a lower composite score gets a sort score just
@@ -262,7 +262,7 @@ class Recall:
             hits.append({"rank": rank, "sort_score": sort_score, "composite": composite, "entry": candidate.entry,
                          "why": why, "label": label})  # fmt: skip
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
-        until = rerank.steady_until((c.entry.occurred_at for c in pool), now, policy.rerank)
+        until = rerank.steady_until([c.entry.occurred_at for c in pool] if steady else [], now, policy.rerank)
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view))), until
 
     @staticmethod

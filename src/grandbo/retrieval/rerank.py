@@ -186,10 +186,12 @@ def score(
     policy: RerankPolicy,
     topology: Hops,
     win_rates: Mapping[str, tuple[float, str]],
+    runbook: str | None,
     used_on: Sequence[str] = (),
 ) -> Scored:
-    """The composite score of one candidate (explained by `Scored.evidence`); a runbook's services include
-    the ones it was used on (`used_on`); the weights and each component's constants are the policy's."""
+    """The composite score of one candidate (explained by `Scored.evidence`) that used or is `runbook`
+    (`runbook_of`, which the caller has already read for the win rates); a runbook's services include the
+    ones it was used on (`used_on`); the weights and each component's constants are the policy's."""
     entry, weights, neutral = candidate.entry, policy.weights, policy.neutral
     services = [*entry.services, *used_on] if used_on else entry.services
     hops = topology.closest(context.services, services) if context.services else None
@@ -198,7 +200,6 @@ def score(
         severity_value = 1.0 - abs(context.severity.tier - entry.severity.tier) / policy.severity_tiers
     else:
         severity_value = neutral
-    runbook = runbook_of(entry)
     effect_value, runbook_note = neutral, "no runbook"
     if runbook is not None:
         effect_value, runbook_note = win_rates.get(runbook, (neutral, f"{runbook}: never tried"))
@@ -215,16 +216,18 @@ def score(
     return Scored(final, values, weights, candidate, context, hops, runbook_note, days)
 
 
-def order(scored: Sequence[Scored], policy: RerankPolicy) -> list[Scored]:
+def order(scored: Sequence[Scored], policy: RerankPolicy, places: int | None = None) -> list[Scored]:
     """The re-ranked order: place after place, the best composite score among the remaining candidates
     that the strongest remaining fused candidate does not clearly beat by the policy's bands (ties: the
-    fused order)."""
+    fused order). The first `places` only when given: each place depends only on those before it, so they are
+    the whole order's first ones, without filling the places no one reads (each place scans all remaining)."""
     remaining = sorted(scored, key=lambda s: s.candidate.fused_rank)
     finals = [s.final for s in remaining]
     cosines = [s.candidate.cosine or 0.0 for s in remaining]
     coverages = [s.candidate.coverage or 0.0 for s in remaining]
     ranked: list[Scored] = []
-    while remaining:
+    wanted = len(remaining) if places is None else places
+    while remaining and len(ranked) < wanted:
         # A candidate the head clearly beats (cosine or coverage more than a band lower) cannot take its place.
         low_cosine, low_coverage = cosines[0] - policy.cosine_band, coverages[0] - policy.coverage_band
         best = 0
