@@ -104,7 +104,7 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
     assert "GROUP BY" in facts[-3] and "ref = ANY" in facts[-3] and "outcome_odd" in facts[-2], facts
     assert "FROM orgs" in facts[-1], facts
     # The settings' two documents (weights, calibration) in one statement: before, one each.
-    (settings,) = [sql for sql in facts if "doc_id = ANY" in sql]
+    assert len([sql for sql in facts if "doc_id = ANY" in sql]) == 1, facts
     assert not [sql for sql in facts if "AND doc_id = %s" in sql], facts
     assert len(facts) == 9, facts
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
@@ -144,6 +144,19 @@ def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgr
     assert len(stamps) == 2, reads  # the facts' stamp, and the ledger's version after its count
     assert len([sql for sql in reads if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, reads  # settings
     assert len(reads) == 11, reads
+
+
+@pytest.mark.postgres
+def test_a_first_recall_without_an_image_looks_for_it_once_per_snapshot(postgres, transactions):
+    """The marks' statement that found no image is not followed by a read of the image; the snapshot made with the
+    vectors then (the index built from the rows) reads it once more, in a transaction of its own."""
+    with Grandbo.open(postgres) as grandbo:
+        memory = grandbo.org("acme")
+        transactions.clear()
+        assert memory.recall("auth-service sessions dropped after the redis failover", 5).hits
+        assert grandbo._keeper.counts["built"] == 1
+    looked = [sum("index_images" in sql for sql in statements) for statements in transactions]
+    assert [count for count in looked if count] == [1, 1], transactions
 
 
 @pytest.mark.postgres

@@ -91,7 +91,7 @@ class FeedMixin(PostgresConnection):
                 found = cursor.execute(self._MARKS_AND_IMAGE, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
             assert found is not None  # one row, with or without the org and its image
             head = tuple(found[:8]) if found[0] is not None else None
-            yield _Snapshot(conn, org_id, self._read_marks(found[8:]), head)
+            yield _Snapshot(conn, org_id, self._read_marks(found[8:]), [head])
 
     def save_index(self, org_id: str, image: StoredIndex) -> bool:
         at, space = image.marks, image.marks.space
@@ -126,9 +126,10 @@ class _Snapshot:
     in (each is bounded by them too), so what the index applies matches `marks` exactly."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], org_id: str, marks: Marks, head: tuple[Any, ...] | None = None
+        self, conn: psycopg.Connection[Any], org_id: str, marks: Marks, head: list[tuple[Any, ...] | None] | None = None
     ) -> None:
-        # `head`: the image's row without its vectors, read with the marks (`FeedMixin.snapshot`'s `image`).
+        # `head`: the image's row without its vectors (or None: no image), read with the marks (`FeedMixin.snapshot`'s
+        # `image`); None when it was not.
         self._conn, self._org, self.marks, self._head = conn, org_id, marks, head
 
     def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
@@ -171,11 +172,14 @@ class _Snapshot:
         # They are kept in a column of their own (the head read as a slice of one value took 0.25 ms more), read
         # by a query of its own (both columns in one result took twice as long as the two queries).
         with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
-            found = self._head or cursor.execute(
-                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
-                "WHERE org_id = %s",
-                (self._org,),
-            ).fetchone()
+            if self._head is not None:
+                (found,) = self._head
+            else:
+                found = cursor.execute(
+                    "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data "
+                    "FROM index_images WHERE org_id = %s",
+                    (self._org,),
+                ).fetchone()
             if found is None or not vectors:
                 return stored_index(found)
             (tail,) = cursor.execute("SELECT vectors FROM index_images WHERE org_id = %s", (self._org,)).fetchone()  # type: ignore[misc]
