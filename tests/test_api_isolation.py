@@ -228,3 +228,19 @@ def test_org_a_never_reads_changes_or_learns_of_org_b_through_any_route(grandbo,
                     theirs = theirs.replace(made_up, "ID")
                 assert (response.status_code, mine) == (fake.status_code, theirs), (method, url)
     assert snapshot(bravo["memory"]) == before
+
+
+def test_no_answer_of_any_route_may_be_kept_by_a_cache_for_another_org(grandbo, bravo):
+    """No API answer said not to keep it: a cache between clients and Grandbo that keeps GET answers whatever their
+    Authorization would give one org's page to another org's request of the same URL (probe 26). Every route's
+    answer says no-store, a refusal's and an MCP answer's too."""
+    _, key = grandbo.org("alpha", create=True).keys.create("admin")
+    with serving(grandbo) as served, served.client(key) as client, served.client() as nobody:
+        for (method, _), (path, body) in sorted(CASES.items()):
+            url, body = _fill(path, bravo, {}), _fill_body(body, bravo)
+            response = client.request(method, url, json=body) if body is not None else client.request(method, url)
+            assert response.headers.get("cache-control") == "no-store", (method, url, response.status_code)
+        assert nobody.get("/v1/stats").headers.get("cache-control") == "no-store"
+        listed = client.post("/mcp", json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
+                             headers={"Accept": "application/json, text/event-stream"})  # fmt: skip
+        assert listed.status_code == 200 and "no-store" in listed.headers.get("cache-control", "")

@@ -109,3 +109,15 @@ def test_a_file_of_records_with_no_vendors_fields_is_refused_asking_whose_export
     assert refused.value.message.startswith("bare.json does not look like an incident.io export: 6 of its first 6")
     assert "is it an incident.io export? Name the tool it comes from" in refused.value.message
     assert refused.value.detail["looks_like"] is None and memory.incidents.find() == []
+
+
+def test_a_refused_rest_import_names_its_upload_not_the_folder_the_server_keeps_it_in(grandbo):
+    """The detail of a REST import refused as not JSON gave any org's admin the server's upload folder, under
+    GRANDBO_HOME (`/root/.grandbo/uploads/import-.../upload.json`: probe 26)."""
+    _, admin = grandbo.org("imp", create=True).keys.create("admin")
+    with serving(grandbo) as served, served.client(admin) as client:
+        refused = client.post("/v1/import-from/pagerduty", content=b"\xff\xfe{}")
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["detail"]["path"] == "upload.json"
+    assert "upload.json is not JSON" in refused.json()["error"]["message"]
+    assert str(grandbo.settings.home) not in refused.text

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import gzip
 import json
 import re
 from pathlib import Path
@@ -200,3 +201,69 @@ def test_a_vector_past_float32_is_no_vector_to_every_reader():
 
     assert as_float32([1e308, 0.5]) is None and as_float32([float("nan")]) is None and as_float32([10**400]) is None
     assert as_float32([3e38, -1.0]).tolist() == pytest.approx([3e38, -1.0])
+
+
+def _label_chars(source: str, body: dict[str, object]) -> int:
+    """The characters of the labels (names and values) the delivery's first alert keeps."""
+    return sum(
+        len(name) + len(value) for name, value in adapters.parse(source, json.dumps(body).encode())[0].labels.items()
+    )
+
+
+@pytest.mark.parametrize("source", ["alertmanager", "grafana"])
+def test_common_labels_copied_into_each_alert_past_the_bound_are_refused_naming_them(source):
+    """commonLabels are copied into each alert of a delivery: 3,700 of them (3.7 MB) over 100 alerts stored 750 MB and
+    took the server to 2.2 GB (probe 26). An alert's labels past MAX_LABEL_CHARS are refused; at it, kept whole."""
+    body = copy.deepcopy(ALERTMANAGER if source == "alertmanager" else GRAFANA)
+    body["alerts"] = body["alerts"][:1]  # one alert: its delivery is larger than its labels
+    room = adapters.MAX_LABEL_CHARS - _label_chars(source, body)  # in labels of 1,000 characters, a value's most
+    padding = {f"p{i:04d}": "v" * min(995, room - 1000 * i - 5) for i in range(-(-room // 1000))}
+    body["commonLabels"] = body.get("commonLabels", {}) | padding
+    assert _label_chars(source, body) == adapters.MAX_LABEL_CHARS
+    body["commonLabels"]["one-more"] = "v"
+    with pytest.raises(InvalidInputError, match=r"alerts\[0\]\.labels with commonLabels hold 65,545 characters"):
+        adapters.parse(source, json.dumps(body).encode())
+
+
+def test_a_delivery_whose_labels_outgrow_it_by_its_common_labels_is_refused_and_a_vendors_is_not():
+    """Under the bound of one alert's labels, 114 KB of 500 resolved alerts under 63 common labels of 1,000
+    characters stored 67 MB (probe 26): a delivery's labels, commonLabels copied into each alert, may not hold more
+    characters than its bytes. Alertmanager's own deliveries repeat the common labels in each alert: never refused."""
+    common = {"alertname": "DiskFull", "cluster": "c" * 900, "namespace": "n" * 900}
+    alerts = [{"status": "resolved", "labels": common | {"instance": f"node-{i}"}, "fingerprint": f"f{i}"}
+              for i in range(500)]  # fmt: skip
+    sent = {"version": "4", "commonLabels": common, "alerts": alerts}
+    assert len(adapters.parse("alertmanager", json.dumps(sent).encode())) == 500
+    for alert in alerts:
+        alert["labels"] = {"alertname": "DiskFull", "instance": alert["labels"]["instance"]}
+    with pytest.raises(
+        InvalidInputError, match=r"labels, commonLabels copied into each, hold 924,390 characters, more"
+    ):
+        adapters.parse("alertmanager", json.dumps(sent).encode())
+
+
+def test_an_opsgenie_created_at_of_true_is_no_start_not_the_unix_epoch():
+    """`"createdAt": true` was read as 1 epoch millisecond: the alert and its group started 1970-01-01 (probe 26),
+    where every webhook reads the epoch as no time."""
+    body = copy.deepcopy(OPSGENIE)
+    body["alert"]["createdAt"] = True
+    assert adapters.parse("opsgenie", json.dumps(body).encode())[0].started_at is None
+
+
+def test_a_compressed_body_is_refused_naming_its_encoding_on_every_face_never_inflated(grandbo):
+    """A gzip body was read as JSON and answered "not UTF-8: byte 0x8b" (REST 400, a webhook 422, MCP a parse error),
+    which said nothing of the Content-Encoding (probe 26). It is refused (422) naming it, never inflated (no gzip bomb)."""
+    memory = grandbo.org("gz", create=True)
+    _, key = memory.keys.create("write")
+    sent = {"/v1/memories": {"title": "zipped", "body": "a body sent compressed"},
+            "/v1/webhooks/alertmanager": ALERTMANAGER, "/mcp": {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}}  # fmt: skip
+    with serving(grandbo) as served, served.client(key) as client:
+        for path, body in sent.items():
+            response = client.post(path, content=gzip.compress(json.dumps(body).encode()), headers={
+                "Content-Type": "application/json", "Content-Encoding": "gzip",
+                "Accept": "application/json, text/event-stream"})  # fmt: skip
+            assert response.status_code == 422, (path, response.text)
+            assert response.json()["error"]["detail"] == {"content_encoding": "gzip"}
+        plain = client.post("/v1/memories", json=sent["/v1/memories"], headers={"Content-Encoding": "identity"})
+    assert plain.status_code == 201
+    assert [entry.title for entry in memory.entries()] == ["zipped"] and memory.alerts.recent() == []

@@ -19,6 +19,7 @@ from grandbo.store.sql.odd_outcomes import COLUMN, OUTCOME_SHAPES
 from grandbo.tiers.effectiveness import Outcome, OutcomeKind, summarize
 from grandbo.tiers.operations import OUTCOMES, Snapshots
 from tests.conftest import undo_migration
+from tests.plain_ledger import every_outcome, used_plainly, win_rates_plainly
 
 AT = "2024-03-01T10:00:00Z"
 GOOD: dict[str, Any] = {"kind": "succeeded", "service": "svc-a", "at": AT, "time_to_mitigate_s": 60}
@@ -93,15 +94,14 @@ def _agree(memory: OrgMemory, runbooks: list[str]) -> None:
     counted = Snapshots().get(memory.org, memory._documents)  # a fresh process's: recall counts, reads none whole
     rates = {services: counted.win_rates(runbooks, services) for services in [(), ("svc-a",)]}
     used = {runbook_id: counted.used_on(runbook_id) for runbook_id in runbooks}
-    assert counted.source.ready is None
     records = memory.ledger.records(runbooks)  # a runbook's record, counted (`ledger_records`)
     tally = memory.ledger.tally()
-    outcomes = memory.ledger.every_outcome()
-    whole = Snapshots().get(memory.org, memory._documents)
-    assert whole.ledger is not None and whole.source.ready is not None
+    outcomes = every_outcome(memory)  # the whole ledger, read plainly
     for services, found in rates.items():
-        assert found == whole.win_rates(runbooks, services)
-    assert used == {runbook_id: whole.used_on(runbook_id) for runbook_id in runbooks}
+        assert found == win_rates_plainly(outcomes, runbooks, services)
+    assert {rid: set(found) for rid, found in used.items()} == {
+        rid: used_plainly(outcomes, rid, list(counted.cited.get(rid, {}))) for rid in runbooks
+    }
     summaries = {rid: summarize(rid, [o for o in outcomes if o.runbook_id == rid]) for rid in runbooks}
     assert {rid: tally.effectiveness(rid) for rid in runbooks} == summaries
     assert records == summaries

@@ -12,11 +12,9 @@ from datetime import UTC, datetime
 from grandbo.memory import OrgMemory
 from grandbo.ports import DocumentWrite
 from grandbo.service import Grandbo
-from grandbo.tiers.effectiveness import Outcome, summarize
-from grandbo.tiers.ledger_source import MIN_SERVICE_RESULTS
 from grandbo.tiers.operations import OUTCOMES, Snapshot, Snapshots
 from grandbo.tiers.topology import Service
-from tests.plain_ledger import every_outcome, loaded  # noqa: F401  (a fixture)
+from tests.plain_ledger import every_outcome, loaded, used_plainly, win_rates_plainly  # noqa: F401  (a fixture)
 from tests.test_ledger_tally import _fill
 
 RUNBOOKS = [f"RB-{n:02d}" for n in range(24)] + ["RB-30", "RB-31", "RB-never", "RB-unknown"]
@@ -50,29 +48,6 @@ def _edges(memory: OrgMemory) -> None:
     memory.incidents.close("INC-CITED", runbook_used="RB-never")
 
 
-def _plainly(outcomes: list[Outcome], runbook_ids: list[str], services: tuple[str, ...]) -> dict[str, object]:
-    """Win rates by their definition: each runbook's outcomes summarized, on the first of `services` with enough
-    results (its outcomes on exactly that service), else on every service."""
-    rates: dict[str, object] = {}
-    for runbook_id in runbook_ids:
-        mine = [o for o in outcomes if o.runbook_id == runbook_id]
-        chosen, scope = summarize(runbook_id, mine), "all services"
-        for service in services if chosen.attempts else ():
-            specific = summarize(runbook_id, [o for o in mine if o.service == service], service)
-            if specific.attempts >= MIN_SERVICE_RESULTS:
-                chosen, scope = specific, service
-                break
-        note = (f"{runbook_id}: never tried (prior)" if not chosen.attempts else
-                f"{runbook_id}: {chosen.successes}/{chosen.attempts} succeeded ({scope}), win rate "
-                f"{chosen.win_rate:.2f} [{chosen.interval[0]:.2f}, {chosen.interval[1]:.2f}]")  # fmt: skip
-        rates[runbook_id] = (chosen.win_rate, note)
-    return rates
-
-
-def _used_plainly(outcomes: list[Outcome], runbook_id: str, cited: list[str]) -> set[str]:
-    return {o.service for o in outcomes if o.runbook_id == runbook_id and o.service} | set(cited)
-
-
 def _check(memory: OrgMemory) -> Snapshot:
     """The counted path's rates and services against the plain computation over every outcome; the snapshot."""
     counted = Snapshots().get(memory.org, memory._documents)
@@ -80,11 +55,11 @@ def _check(memory: OrgMemory) -> Snapshot:
     used = {runbook_id: counted.used_on(runbook_id) for runbook_id in RUNBOOKS}
     outcomes = every_outcome(memory)
     for services in SITUATIONS:
-        assert rates[services] == _plainly(outcomes, RUNBOOKS, services)
+        assert rates[services] == win_rates_plainly(outcomes, RUNBOOKS, services)
     for runbook_id in RUNBOOKS:
         cited = list(counted.cited.get(runbook_id, {}))
         assert len(used[runbook_id]) == len(set(used[runbook_id]))
-        assert set(used[runbook_id]) == _used_plainly(outcomes, runbook_id, cited)
+        assert set(used[runbook_id]) == used_plainly(outcomes, runbook_id, cited)
     return counted
 
 
@@ -127,18 +102,19 @@ def test_an_outcome_written_withdrawn_moved_or_erased_shows_in_the_next_recall(g
     memory.ledger.record("RB-01", "succeeded", service="svc-1", incident_id="INC-NEW")
     after = rates()
     assert asked == [sorted(RUNBOOKS)]  # the new outcome added to the runbook's kept results: none counted again
-    assert after == _plainly(every_outcome(memory), RUNBOOKS, ("svc-1",))
+    assert after == win_rates_plainly(every_outcome(memory), RUNBOOKS, ("svc-1",))
     assert after["RB-02"] == before["RB-02"] and after["RB-01"] != before["RB-01"]
     kept = snapshots.get(memory.org, memory._documents).source
     assert kept is not held and kept.tried(["RB-02"])["RB-02"] is held.tried(["RB-02"])["RB-02"]
     memory.ledger.record("RB-02", "rated", rating=-1, outcome_id="vote-77")
     memory._documents.put([DocumentWrite(OUTCOMES, "vote-77", None, "outcome.withdrawn", ref="RB-02")], "test")
     assert (
-        rates(("svc-1", "svc-2")) == _plainly(every_outcome(memory), RUNBOOKS, ("svc-1", "svc-2")) and len(asked) == 1
+        rates(("svc-1", "svc-2")) == win_rates_plainly(every_outcome(memory), RUNBOOKS, ("svc-1", "svc-2"))
+        and len(asked) == 1
     )
     memory.ledger.record("RB-02", "failed", service="svc-2", incident_id="INC-NEW")  # another runbook's result...
     memory.ledger.record("RB-03", "succeeded", service="svc-2", incident_id="INC-NEW")  # ... and a new one, both
-    assert rates(("svc-2",)) == _plainly(every_outcome(memory), RUNBOOKS, ("svc-2",)) and len(asked) == 1
+    assert rates(("svc-2",)) == win_rates_plainly(every_outcome(memory), RUNBOOKS, ("svc-2",)) and len(asked) == 1
     memory.ledger.record("RB-02", "succeeded", service="svc-2", incident_id="INC-NEW")  # a result replaced
     rates()
     assert asked[-1] == ["RB-02"]  # one written before: counted again

@@ -145,6 +145,24 @@ class RequestLog(HttpOnly):
             )
 
 
+class NoStore(HttpOnly):
+    """`Cache-Control: no-store` on every answer that says nothing of caching itself (the console's stylesheet and
+    the Swagger UI's files do): the API and MCP answer an organization's data under its key, and a cache between
+    clients and Grandbo told to keep GET answers whatever their `Authorization` (a CDN's cache-everything rule) would
+    give one org's page to another org's request of the same URL (probe 26: no answer said not to keep it); a probe's
+    answer kept would hide the server's state."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def sent(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", ()))
+                if all(name.lower() != b"cache-control" for name, _ in headers):
+                    message = {**message, "headers": [*headers, (b"cache-control", b"no-store")]}
+            await send(message)
+
+        await self.app(scope, receive, sent)
+
+
 _FAILED, _RETRY = "Grandbo failed to answer this request.", "Retry; if it persists, see the server log."
 
 
@@ -264,7 +282,8 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
     app.add_middleware(BodyLimit, budget=app.state.bodies)  # reads a body when the app asks for it
     app.add_middleware(_McpPath)
     app.add_middleware(RequestLog)
-    app.add_middleware(Contained, pages=pages)  # outermost of ours: it sees what every other layer raises
+    app.add_middleware(Contained, pages=pages)  # outermost of ours but one: it sees what every other layer raises
+    app.add_middleware(NoStore)  # on Contained's answers too
     routers = (
         routes_memory.router, routes_work.router, routes_org.router, routes_tools.router, routes_history.router,
         routes_changes.router, routes_groups.router,

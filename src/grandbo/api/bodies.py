@@ -24,7 +24,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grandbo.api import routes_history
 from grandbo.api.clean import error_response
-from grandbo.errors import BodiesBusyError, BodiesOrgBusyError, GrandboError, PayloadTooLargeError
+from grandbo.errors import (
+    BodiesBusyError,
+    BodiesOrgBusyError,
+    GrandboError,
+    InvalidInputError,
+    PayloadTooLargeError,
+)
 
 log = structlog.get_logger("grandbo.api")
 
@@ -162,6 +168,8 @@ class _Body:
         admitted = self.scope.get("state", {}).get("admitted") or _console_org(self.scope)
         self.org = admitted or _NOBODY
         limit = self.limit if admitted else MAX_UNADMITTED_BODY
+        if (encoding := _encoding(self.scope)) not in (b"", b"identity"):
+            raise _Answer(_compressed(encoding))
         if self.declared is not None and self.declared > limit:
             raise _Answer(_too_large(limit, admitted=bool(admitted)))
         self._take(self.declared or 0)
@@ -207,6 +215,21 @@ def _console_org(scope: Scope) -> str | None:
     its form is read as that org's (the key's record is read after, by the page)."""
     sessions: Any = getattr(scope["app"].state, "console_sessions", None) if "app" in scope else None
     return None if sessions is None or not scope["path"].startswith("/ui/") else sessions.signed_org(scope)
+
+
+def _encoding(scope: Scope) -> bytes:
+    return next((value.strip().lower() for name, value in scope.get("headers") or () if name == b"content-encoding"),
+                b"")  # fmt: skip
+
+
+def _compressed(encoding: bytes) -> JSONResponse:
+    """A body sent compressed is never inflated (a 4 MiB gzip may inflate to gigabytes): it is refused, saying why,
+    not read as JSON that is "not UTF-8" (probe 26)."""
+    said = encoding.decode("latin-1")[:40]
+    error = InvalidInputError(f"The request body is sent with Content-Encoding {said!r}: Grandbo reads bodies "
+                              "uncompressed only. Send it without a Content-Encoding header.",
+                              detail={"content_encoding": said})  # fmt: skip
+    return error_response(error)
 
 
 def _too_large(limit: int, *, admitted: bool = True) -> JSONResponse:

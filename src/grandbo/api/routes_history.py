@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Future
 from pathlib import Path
@@ -127,7 +128,11 @@ async def import_from(
                                      still=still)  # fmt: skip
             with _busy_named():  # another org's import may have taken the place during the upload
                 running = imports.submit(memory.org, task)
-            report = await asyncio.wrap_future(running)
+            try:
+                report = await asyncio.wrap_future(running)
+            except GrandboError as error:
+                _by_its_name(error, upload.folder)
+                raise
         finally:
             # The upload goes when the import has ended: a cancelled request (a server stopping) stops no thread.
             if running is None:
@@ -135,6 +140,15 @@ async def import_from(
             else:
                 running.add_done_callback(lambda _: upload.remove())
         return report.to_dict()
+
+
+def _by_its_name(error: GrandboError, folder: Path) -> None:
+    """Make `error` say the upload by its name, not where this server keeps it: a refused export's detail gave an
+    admin of any org the server's GRANDBO_HOME (`/root/.grandbo/uploads/import-.../upload.json`, probe 26)."""
+    kept = f"{folder}{os.sep}"
+    error.message = error.message.replace(kept, "")
+    error.detail = {key: value.replace(kept, "") if isinstance(value, str) else value
+                    for key, value in error.detail.items()}  # fmt: skip
 
 
 def _key_active(grandbo: Grandbo, authorization: str | None) -> Callable[[HistoryReport], None]:

@@ -41,6 +41,7 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alert_text, alerts, incident_model, replayed_outcomes
 from grandbo.tiers.effectiveness import zoned
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
+from grandbo.tiers.learning_model import FOLDS
 from grandbo.tiers.operations import OUTCOMES, SETTINGS
 from grandbo.values import MAX_META_DEPTH, text_problem
 
@@ -75,6 +76,14 @@ class ReplayReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
+
+
+def _portable(collection: str, data: Any) -> Any:
+    """A document's data as exported: a fold cursor without the store-wide numbers it keeps (its signal's newest
+    write and the org's epoch), which showed how much the whole store wrote; a replay finds it by its signal."""
+    if collection == FOLDS and isinstance(data, dict):
+        return {key: value for key, value in data.items() if key not in ("seq", "epoch")}
+    return data
 
 
 def _line(record: dict[str, Any]) -> bytes:
@@ -132,11 +141,12 @@ def export_log(
                         counts["vectors"] += 1
             for doc_event in doc_log.events:
                 write({"document_event": {"collection": doc_event.collection, "doc_id": doc_event.doc_id,
-                                          "type": doc_event.type, "data": doc_event.data, "actor": doc_event.actor,
-                                          "at": doc_event.at.isoformat()}})  # fmt: skip
+                                          "type": doc_event.type,
+                                          "data": _portable(doc_event.collection, doc_event.data),
+                                          "actor": doc_event.actor, "at": doc_event.at.isoformat()}})  # fmt: skip
             for document in doc_log.documents:
                 write({"document": {"collection": document.collection, "doc_id": document.doc_id, "ref": document.ref,
-                                    "data": document.data, "version": document.version,
+                                    "data": _portable(document.collection, document.data), "version": document.version,
                                     "updated_at": document.updated_at.isoformat()}})  # fmt: skip
             handle.write(_line({"checksum": {"sha256": digest.hexdigest(), "lines": lines}}))
     return counts

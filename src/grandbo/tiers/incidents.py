@@ -44,7 +44,7 @@ from grandbo.tiers.incident_model import (
 )
 from grandbo.tiers.incident_sync import MemorySync, merged
 from grandbo.tiers.operations import Kept
-from grandbo.tiers.records import next_page, read_listed, read_record, read_records
+from grandbo.tiers.records import next_page, read_listed, read_record, read_records, shown_history
 from grandbo.tiers.retry import rewritten
 
 if TYPE_CHECKING:
@@ -97,7 +97,8 @@ class Incidents:
         return read_listed(Incident, docs, "incident"), next_page(docs, limit)
 
     def history(self, incident_id: str) -> list[dict[str, Any]]:
-        return self.documents.history(INCIDENTS, incident_id)
+        """Every event of the incident, oldest first, numbered in its own history (`records.shown_history`)."""
+        return shown_history(self.documents.history(INCIDENTS, incident_id))
 
     # ------------------------------------------------------------------ writing
 

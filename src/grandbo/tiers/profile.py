@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from grandbo.errors import InvalidInputError, UnreadableRecordError, validation_problems
 from grandbo.ports import Document, DocumentWrite, OrgDocuments
 from grandbo.tiers.edited import change_of, check_size
-from grandbo.tiers.records import read_record
+from grandbo.tiers.records import read_record, shown_history
 from grandbo.tiers.retry import rewritten
 
 PROFILE, EXPLICIT = "profile", "explicit"
@@ -123,7 +123,8 @@ class Profiles:
         return profile.model_copy(update={"version": doc.version})
 
     def history(self) -> list[dict[str, Any]]:
-        return self.documents.history(PROFILE, EXPLICIT)
+        """Every change of the explicit profile, oldest first, numbered in its own history (`shown_history`)."""
+        return shown_history(self.documents.history(PROFILE, EXPLICIT))
 
 
 RETYPE = (

@@ -124,3 +124,11 @@ def next_page(docs: list[Document], limit: int) -> Position:
     """Where the page after `docs` starts, the store having listed them newest first (`OrgDocuments.newest`) up to
     `limit`: the last one's write time and id; None when it held fewer (it was the last)."""
     return (docs[-1].updated_at, docs[-1].doc_id) if docs and len(docs) == limit else None
+
+
+def shown_history(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A document's history as a user is shown it, oldest first: each event's `seq` is its place in the document's
+    own history (1 the first). The store's number counts the events of every org (one store-wide sequence on both
+    backends), so it showed how much other organizations wrote; a document's events are never deleted (an erasure
+    rewrites them in place), so a place never changes."""
+    return [{**event, "seq": place} for place, event in enumerate(events, start=1)]

@@ -6,7 +6,7 @@ Every function takes plain numbers and returns markup; text is escaped here, so 
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,7 +17,6 @@ from markupsafe import Markup, escape
 INK, MUTED, GRID = "#1f2933", "#52606d", "#d9e2ec"
 # Distinguishable on white and for the common colour-vision deficiencies (Okabe-Ito, darkened for contrast).
 PALETTE = ("#0060a8", "#b35900", "#00755e", "#a3306b", "#5a4a9f", "#8a6d00", "#3f6f8f")
-_ids = itertools.count(1)
 
 
 @dataclass(frozen=True)
@@ -30,7 +29,9 @@ class Interval:
 
 
 def _frame(width: int, height: int, title: str, desc: str, body: list[str]) -> Markup:
-    n = next(_ids)
+    # Named by its own words, not by a count of the charts this process drew: that count moved with every other
+    # organization's page, and showed how often they looked (a page's charts have titles of their own).
+    n = hashlib.blake2s(f"{title}\x1f{desc}".encode(), digest_size=6).hexdigest()
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="100%" '
         f'role="img" aria-labelledby="chart{n}-t chart{n}-d" preserveAspectRatio="xMinYMin meet">'

@@ -87,7 +87,15 @@ class Signer:
             return None
 
     def derive(self, purpose: str, value: str) -> str:
-        return _b64(hmac.new(self._secret, f"{purpose}\x1f{value}".encode(), hashlib.sha256).digest())
+        return _b64(self._digest(purpose, value))
+
+    def sealed(self, number: int, nonce: str) -> int:
+        """`number` hidden from whoever reads the cookie, and `sealed(sealed(number, nonce), nonce) == number`: XOR
+        with 64 bits of a MAC of the session's nonce, a pad only this secret gives and no two sessions share."""
+        return number ^ int.from_bytes(self._digest("sealed", nonce)[:8], "big")
+
+    def _digest(self, purpose: str, value: str) -> bytes:
+        return hmac.new(self._secret, f"{purpose}\x1f{value}".encode(), hashlib.sha256).digest()
 
     def _mac(self, body: str) -> str:
         return self.derive("cookie", body)
@@ -137,12 +145,16 @@ class Sessions:
         """The cookie value for a valid key, its record and its org's handle (NotAuthorizedError otherwise:
         unknown, malformed, revoked)."""
         memory, record = self.grandbo.authenticate(key.strip())
+        nonce = secrets.token_urlsafe(12)
+        # The org's incarnation the key was read in (the session's, and no other's), sealed: the cookie is readable
+        # by its holder, and the number is store-wide (it counted the organizations created before this one).
+        incarnation = memory.incarnation
         value = {
             "org": memory.org,
-            "inc": memory.incarnation,  # the org's incarnation the key was read in: the session's, and no other's
+            "sealed_inc": None if incarnation is None else self.signer.sealed(incarnation, nonce),
             "key": record.id,
             "exp": int(time.time()) + self.seconds,
-            "nonce": secrets.token_urlsafe(12),
+            "nonce": nonce,
         }
         return self.signer.sign(value), record, memory
 
@@ -152,10 +164,12 @@ class Sessions:
         in with, read again before the key's record (`grandbo.incarnation`): a session never reads or writes an
         org created again under its org's name."""
         value = self._signed(request)
-        if value is None or not isinstance(value.get("inc"), int):  # a cookie of a release before incarnations
+        # A cookie of a release before incarnations, or one that showed its incarnation: signed in again.
+        if value is None or not isinstance(value.get("sealed_inc"), int):
             return None
         try:
-            memory = self.grandbo.org(str(value["org"]), incarnation=value["inc"], why=AFTER_SIGN_IN)
+            incarnation = self.signer.sealed(value["sealed_inc"], str(value["nonce"]))
+            memory = self.grandbo.org(str(value["org"]), incarnation=incarnation, why=AFTER_SIGN_IN)
             record = memory.keys.find(str(value["key"]))
         except OrgDroppedError as error:
             request.state.ended = error.message
