@@ -104,7 +104,10 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
     # (then the odd outcomes an older release left, on their partial index, read with the model: `ledger_odd`)
     assert "GROUP BY" in facts[-3] and "ref = ANY" in facts[-3] and "FROM orgs" in facts[-1], facts
     assert "ref = ANY" in facts[-2] and "outcome_odd" in facts[-2], facts
-    assert len(facts) == 10, facts  # with the odd outcomes' read
+    # The settings' two documents (weights, calibration) in one statement: before, one each (10 statements).
+    assert len([sql for sql in facts if "doc_id = ANY" in sql]) == 1, facts
+    assert not [sql for sql in facts if "AND doc_id = %s" in sql], facts
+    assert len(facts) == 9, facts  # with the odd outcomes' read
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
 
 
@@ -112,8 +115,9 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
 def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgres, transactions):
     """An org loaded from its image (without its vectors: the store searches them) is recalled in two transactions,
     on a pool of one connection: the index's marks and image, then one read-only transaction for the vector arm, the
-    backlog, the entries, the facts (their stamp read once) and the runbooks' counts. Before, six (26 statements
-    more); a read of them that did not join would wait for the pool's only connection, which the block holds."""
+    backlog, the entries, the facts (their stamp read once, the settings' two documents in one statement) and the
+    runbooks' counts, 13 statements (the marks and image in one); before 15, and before that six transactions. A
+    read of them that did not join would wait for the pool's only connection, which the block holds."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
@@ -127,15 +131,33 @@ def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgr
     assert loaded.hits and [h.entry.id for h in loaded.hits] == [h.entry.id for h in built.hits]
     assert len(recalled) == 2, recalled
     feed, reads = recalled
-    assert any("FROM index_images" in sql for sql in feed)
+    # The marks and the image's head in one statement, after the first (the org set, the schema fence read): before,
+    # one each.
+    assert len(feed) == 2 and "JOIN index_images" in feed[1] and "FROM memory_entries" in feed[1], feed
     # One first statement: the org, READ ONLY and the vector search's settings set, the schema fence read.
     assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 4, reads[0]
     assert sum("set_config" in sql for sql in reads) == 1, reads
     assert [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
-    assert [sql for sql in reads if "entry_id = ANY" in sql] and [sql for sql in reads if "GROUP BY" in sql]
+    assert [sql for sql in reads if "GROUP BY" in sql]
+    (entries,) = [sql for sql in reads if "entry_id = ANY" in sql]
+    assert "content_hash" in entries and "terms" not in entries, entries  # what an Entry is made of, not the index's
     stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
     assert len(stamps) == 2, reads  # the facts' stamp, and the ledger's version after its count
-    assert len(reads) == 12, reads  # with the odd outcomes' read (`ledger_odd`)
+    assert len([sql for sql in reads if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, reads  # settings
+    assert len(reads) == 11, reads  # with the odd outcomes' read (`ledger_odd`); 12 before, the settings apart
+
+
+@pytest.mark.postgres
+def test_a_first_recall_without_an_image_looks_for_it_once_per_snapshot(postgres, transactions):
+    """The marks' statement that found no image is not followed by a read of the image; the snapshot made with the
+    vectors then (the index built from the rows) reads it once more, in a transaction of its own."""
+    with Grandbo.open(postgres) as grandbo:
+        memory = grandbo.org("acme")
+        transactions.clear()
+        assert memory.recall("auth-service sessions dropped after the redis failover", 5).hits
+        assert grandbo._keeper.counts["built"] == 1
+    looked = [sum("index_images" in sql for sql in statements) for statements in transactions]
+    assert [count for count in looked if count] == [1, 1], transactions
 
 
 @pytest.mark.postgres

@@ -405,9 +405,12 @@ class IndexFeed(Protocol):
     """The change feed the in-process search index is kept fresh by."""
 
     def marks(self, org_id: str) -> Marks: ...
-    def snapshot(self, org_id: str, *, vectors: bool = True) -> AbstractContextManager[FeedSnapshot]:
+    def snapshot(
+        self, org_id: str, *, vectors: bool = True, image: bool = False
+    ) -> AbstractContextManager[FeedSnapshot]:
         """One consistent snapshot of the org's rows (and vectors, unless not read). The embedded store reads it on a
-        connection of its own, without its lock: an index is built from it while other orgs' reads and writes go on."""
+        connection of its own, without its lock: an index is built from it while other orgs' reads and writes go on.
+        `image`: its `stored` will be read (a new index), so the store may read the image's head with the marks."""
         ...
 
     def save_index(self, org_id: str, image: StoredIndex) -> bool:

@@ -119,7 +119,7 @@ class IndexKeeper(MemoryBound):
                     # No vector is read where a new index would wait for them (unless it has no image to start
                     # from: `_refresh` says so), or the store searches them.
                     vectors = not self.lazy_vectors or (index is not None and index.space is not None)
-                    with self._feed.snapshot(org_id, vectors=vectors) as snapshot:
+                    with self._feed.snapshot(org_id, vectors=vectors, image=index is None) as snapshot:
                         seen(snapshot.marks.incarnation)
                         made = self._refresh(org_id, index, snapshot, lazy=not vectors)
                     if made is None:  # no image to start from: its rows are read whole, so its vectors with them

@@ -55,6 +55,12 @@ def rerank_weights(documents: OrgDocuments) -> RerankWeights:
     return _weights(documents.get(SETTINGS, "rerank"))
 
 
+def _settings(documents: OrgDocuments) -> tuple[Document | None, Document | None]:
+    """The org's re-rank weights and calibration documents, read in one statement (a first recall read each)."""
+    found = {doc.doc_id: doc for doc in documents.find(SETTINGS, ids=("rerank", "calibration"))}
+    return found.get("rerank"), found.get("calibration")
+
+
 def _calibration(doc: Document | None) -> Calibration | None:
     return read_record(Calibration, doc, "calibration", remedy=RECALIBRATE) if doc else None
 
@@ -215,8 +221,7 @@ class Snapshots:
         # The incidents as a triage and the analytics read them: kept, and read again only once written.
         incidents = None if cached is not None and same(INCIDENTS) else self._kept_read(
             org, documents, INCIDENTS, past_incident, None, SUMMARY_KEYS, stamp(INCIDENTS))  # fmt: skip
-        settings = None if cached is not None and same(SETTINGS) else (
-            documents.get(SETTINGS, "rerank"), documents.get(SETTINGS, "calibration"))  # fmt: skip
+        settings = None if cached is not None and same(SETTINGS) else _settings(documents)
         services = None if cached is not None and same(SERVICES) else self._kept_read(
             org, documents, SERVICES, _service, stamp=stamp(SERVICES))  # fmt: skip
 

@@ -26,7 +26,7 @@ from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
-from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_WIDTH, entry_from_db, row_from_db, row_to_db
+from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_FIELDS, ENTRY_WIDTH, entry_from_db, row_from_db, row_to_db
 from grandbo.store.postgres.steps import Step, StepWriter
 from grandbo.store.sql import storage
 from grandbo.store.sql.entries import figures_read, listed, runbooks_read
@@ -49,10 +49,12 @@ class EntriesMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    def _rows(self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str]) -> dict[str, projection.Row]:
+    def _rows(
+        self, conn: psycopg.Connection[Any], org_id: str, entry_ids: Sequence[str], columns: str = ENTRY_COLUMNS
+    ) -> dict[str, projection.Row]:
         with conn.cursor(row_factory=dict_row) as cursor:
             cursor.execute(
-                f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
+                f"SELECT {columns} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
                 (org_id, list(entry_ids)),
             )
             return {record["entry_id"]: row_from_db(record) for record in cursor.fetchall()}
@@ -139,7 +141,7 @@ class EntriesMixin(PostgresConnection):
 
         def read() -> dict[str, Entry]:
             with self._tx(org_id, join=True) as conn:
-                rows = self._rows(conn, org_id, entry_ids)
+                rows = self._rows(conn, org_id, entry_ids, ENTRY_FIELDS)
             return {entry_id: projection.to_entry(row) for entry_id, row in rows.items()}
 
         return self._retrying(read)

@@ -58,15 +58,25 @@ class FeedMixin(PostgresConnection):
 
         return self._retrying(read)
 
+    # The marks and the org's image head in one statement (a first recall read them in two).
+    _MARKS_AND_IMAGE = (
+        "SELECT i.epoch, i.language, i.provider, i.model, i.dimension, i.entry_seq, i.vector_seq, i.data, "
+        + _MARKS.removeprefix("SELECT ")
+        + " LEFT JOIN index_images i ON i.org_id = %(org)s"
+    )
+
     def _marks(self, conn: psycopg.Connection[Any], org_id: str) -> Marks:
-        found = conn.execute(self._MARKS, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
-        entry_seq, documents_seq, epoch, language, vector_seq, native, provider, model, dimension, incarnation = found  # type: ignore[misc]
+        return self._read_marks(conn.execute(self._MARKS, {"org": org_id, "hnsw": index_name(org_id)}).fetchone())
+
+    @staticmethod
+    def _read_marks(found: Any) -> Marks:
+        entry_seq, documents_seq, epoch, language, vector_seq, native, provider, model, dimension, incarnation = found
         in_process = provider is not None and not native
         space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if in_process else None
         return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
 
     @contextmanager
-    def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:
+    def snapshot(self, org_id: str, *, vectors: bool = True, image: bool = False) -> Iterator[_Snapshot]:
         # One REPEATABLE READ transaction: its rows and vectors are those of the marks' snapshot. Bounding each
         # read by the marks is not enough across the two: a row changed after the marks is left to the next
         # refresh, while its vector, numbered within them, is passed over for want of it and never read again.
@@ -74,7 +84,14 @@ class FeedMixin(PostgresConnection):
         # id), so nothing is lost either way; an event that did would lose vectors without this. Rows alone are
         # bounded by the marks (READ COMMITTED): a first recall's snapshot is one round trip shorter.
         with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id) as conn:
-            yield _Snapshot(conn, org_id, self._marks(conn, org_id))
+            if not image:
+                yield _Snapshot(conn, org_id, self._marks(conn, org_id))
+                return
+            with conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
+                found = cursor.execute(self._MARKS_AND_IMAGE, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
+            assert found is not None  # one row, with or without the org and its image
+            head = tuple(found[:8]) if found[0] is not None else None
+            yield _Snapshot(conn, org_id, self._read_marks(found[8:]), [head])
 
     def save_index(self, org_id: str, image: StoredIndex) -> bool:
         at, space = image.marks, image.marks.space
@@ -108,8 +125,12 @@ class _Snapshot:
     """`ports.FeedSnapshot` inside one REPEATABLE READ transaction: every read sees the state the marks were taken
     in (each is bounded by them too), so what the index applies matches `marks` exactly."""
 
-    def __init__(self, conn: psycopg.Connection[Any], org_id: str, marks: Marks) -> None:
-        self._conn, self._org, self.marks = conn, org_id, marks
+    def __init__(
+        self, conn: psycopg.Connection[Any], org_id: str, marks: Marks, head: list[tuple[Any, ...] | None] | None = None
+    ) -> None:
+        # `head`: the image's row without its vectors (or None: no image), read with the marks (`FeedMixin.snapshot`'s
+        # `image`); None when it was not.
+        self._conn, self._org, self.marks, self._head = conn, org_id, marks, head
 
     def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
         status = "AND status = 'active'" if active_only else ""
@@ -151,11 +172,14 @@ class _Snapshot:
         # They are kept in a column of their own (the head read as a slice of one value took 0.25 ms more), read
         # by a query of its own (both columns in one result took twice as long as the two queries).
         with self._conn.cursor(binary=True) as cursor:  # the image as bytes, not hex text to decode
-            found = cursor.execute(
-                "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data FROM index_images "
-                "WHERE org_id = %s",
-                (self._org,),
-            ).fetchone()
+            if self._head is not None:
+                (found,) = self._head
+            else:
+                found = cursor.execute(
+                    "SELECT epoch, language, provider, model, dimension, entry_seq, vector_seq, data "
+                    "FROM index_images WHERE org_id = %s",
+                    (self._org,),
+                ).fetchone()
             if found is None or not vectors:
                 return stored_index(found)
             (tail,) = cursor.execute("SELECT vectors FROM index_images WHERE org_id = %s", (self._org,)).fetchone()  # type: ignore[misc]

@@ -14,6 +14,8 @@ from grandbo.store import projection
 from grandbo.store.postgres.dialect import jsonb, upsert
 
 ENTRY_COLUMNS, ENTRY_WIDTH = projection.ENTRY_COLUMNS, projection.ENTRY_WIDTH
+# The columns an `Entry` is made of: without the index's terms (a recall's candidates read them for nothing).
+ENTRY_FIELDS = ", ".join(column for column in ENTRY_COLUMNS.split(", ") if column != "terms")
 
 
 def row_from_db(record: dict[str, Any]) -> projection.Row:

@@ -47,7 +47,7 @@ class Feed(Connection):
             return _marks(db, org_id, self._hold)
 
     @contextmanager
-    def snapshot(self, org_id: str, *, vectors: bool = True) -> Iterator[_Snapshot]:
+    def snapshot(self, org_id: str, *, vectors: bool = True, image: bool = False) -> Iterator[_Snapshot]:
         # On a reader connection of its own, not the store's: in WAL mode it reads one consistent snapshot while
         # the store's connection writes, so the index is built from it without the store's lock and every other
         # organization's reads and writes go on meanwhile.
