@@ -5,8 +5,9 @@ image in the store), in the same run, on the same orgs.
     python benchmarks/cold_recall.py [--orgs 40] [--entries 2000] [--backend sqlite|postgres]
 
 N orgs of E generated entries are written in bulk with precomputed deterministic vectors. Each org's first
-recall is timed in a fresh Grandbo (a fresh process's keeper), once with the images deleted ("build") and
-once with them ("load"); the warm recall of one org is the baseline. Prints one JSON line.
+recall is timed in a fresh Grandbo (a fresh process's keeper, its heap settled as `grandbo serve` settles its own
+once started: what it holds frozen, young objects collected every GRANDBO_GC_YOUNG_OBJECTS), once with the images
+deleted ("build") and once with them ("load"); the warm recall of one org is the baseline. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 from grandbo.config import Settings
 from grandbo.eval.bench import synthetic_entry, synthetic_query
 from grandbo.eval.metrics import percentile
+from grandbo.heap import settle
 from grandbo.model import entry_text
 from grandbo.service import Grandbo
 
@@ -40,6 +42,7 @@ def _first_recalls(settings: Settings, orgs: list[str], before: Callable[[Grandb
     rng = random.Random(11)
     with Grandbo.open(settings) as grandbo:
         before(grandbo)
+        settle(settings.gc_young_objects)  # as `grandbo serve` does once started (`heap.settled`)
         times = []
         for org in orgs:
             memory = grandbo.org(org)
@@ -69,6 +72,7 @@ def run(settings: Settings, orgs: int, entries: int) -> dict[str, Any]:
     load = _first_recalls(settings, names, warm_up)
     rng = random.Random(5)
     with Grandbo.open(settings) as grandbo:
+        settle(settings.gc_young_objects)
         memory = grandbo.org(warm_org)
         for _ in range(20):
             memory.recall(synthetic_query(rng), 10)

@@ -79,7 +79,8 @@ def postgres(pg_database: str, tmp_path: Path) -> Settings:
 @pytest.mark.postgres
 def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transactions):
     """The first recall of an org in a process reads its catalog, weights, calibration and incidents, and the stamps
-    of each (the ledger's too), in one transaction; before, each read was a transaction of its own (eight)."""
+    of each, in one transaction of their own before the recall's reads together (converted once it is over: no
+    pooled connection is held while they become objects); before, each read was a transaction of its own (eight)."""
     with Grandbo.open(postgres) as grandbo:
         memory = grandbo.org("acme")
         transactions.clear()
@@ -89,35 +90,35 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
         again = memory.recall("auth-service sessions dropped after the redis failover", 5)
     assert result.hits and [h.entry.id for h in again.hits] == [h.entry.id for h in result.hits]
     reading = [statements for statements in recalled if _reads_documents(statements)]
-    # The facts, in one transaction with the recall's other reads (its entries); and, re-ranking, the results of the
-    # candidates' runbooks counted by the store in one statement of it (`tiers.ledger_source`: the ledger is not read
-    # whole for a recall). Before, the counts had a transaction of their own.
-    assert len(reading) == 1, recalled
-    (facts,) = reading
-    # One first statement: the org and READ ONLY set, the schema fence read; then the entries and the facts' reads,
-    # the facts' stamp read once (each kept collection read it again before).
+    # The facts; then the recall's reads together: its entries and, re-ranking, the results of the candidates'
+    # runbooks counted by the store in one statement (`tiers.ledger_source`: the ledger is not read whole).
+    assert len(reading) == 2, recalled
+    facts, counts = reading
+    # One first statement: the org and READ ONLY set, the schema fence read; the facts' stamp read once (each kept
+    # collection read it again before); the settings' two documents (weights, calibration) in one statement.
     assert facts[0].count("set_config") == 2 and "max(version) FROM schema_migrations" in facts[0]
     assert sum("set_config" in sql for sql in facts) == 1, facts
-    assert sum("SELECT (SELECT epoch FROM orgs" in sql for sql in facts) == 2, facts  # and the ledger's after its count
-    # (the ledger's version before the count is the stamp's, after it read again: counts made at a known version are
-    # kept after an outcome written, `LedgerSource.carried`)
-    # (then the odd outcomes an older release left, on their partial index, read with the model: `ledger_odd`)
-    assert "GROUP BY" in facts[-3] and "ref = ANY" in facts[-3] and "FROM orgs" in facts[-1], facts
-    assert "ref = ANY" in facts[-2] and "outcome_odd" in facts[-2], facts
-    # The settings' two documents (weights, calibration) in one statement: before, one each (10 statements).
+    assert sum("SELECT (SELECT epoch FROM orgs" in sql for sql in facts) == 1, facts
     assert len([sql for sql in facts if "doc_id = ANY" in sql]) == 1, facts
     assert not [sql for sql in facts if "AND doc_id = %s" in sql], facts
-    assert len(facts) == 9, facts  # with the odd outcomes' read
+    assert len(facts) == 5, facts
+    # The counts, then the odd outcomes an older release left (on their partial index, read with the model:
+    # `ledger_odd`), then the ledger's version after the count (counts made at a known version are kept after an
+    # outcome written, `LedgerSource.carried`).
+    assert [sql for sql in counts if "entry_id = ANY" in sql], counts
+    assert "GROUP BY" in counts[-3] and "ref = ANY" in counts[-3] and "FROM orgs" in counts[-1], counts
+    assert "ref = ANY" in counts[-2] and "outcome_odd" in counts[-2], counts
+    assert len(counts) == 5, counts
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
 
 
 @pytest.mark.postgres
-def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgres, transactions):
-    """An org loaded from its image (without its vectors: the store searches them) is recalled in two transactions,
-    on a pool of one connection: the index's marks and image, then one read-only transaction for the vector arm, the
-    backlog, the entries, the facts (their stamp read once, the settings' two documents in one statement) and the
-    runbooks' counts, 13 statements (the marks and image in one); before 15, and before that six transactions. A
-    read of them that did not join would wait for the pool's only connection, which the block holds."""
+def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(postgres, transactions):
+    """An org loaded from its image (without its vectors: the store searches them) is recalled in three
+    transactions, on a pool of one connection: the index's marks and image; the facts (their stamp read once, the
+    settings' two documents in one statement), converted once it is over; one read-only transaction for the vector
+    arm, the backlog, the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of
+    them that did not join would wait for the pool's only connection, which the block holds."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
@@ -129,11 +130,14 @@ def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgr
         recalled = list(transactions)
         assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
     assert loaded.hits and [h.entry.id for h in loaded.hits] == [h.entry.id for h in built.hits]
-    assert len(recalled) == 2, recalled
-    feed, reads = recalled
+    assert len(recalled) == 3, recalled
+    feed, facts, reads = recalled
     # The marks and the image's head in one statement, after the first (the org set, the schema fence read): before,
     # one each.
     assert len(feed) == 2 and "JOIN index_images" in feed[1] and "FROM memory_entries" in feed[1], feed
+    assert len([sql for sql in facts if "SELECT (SELECT epoch FROM orgs" in sql]) == 1, facts
+    assert len([sql for sql in facts if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, facts  # settings
+    assert len(facts) == 5, facts
     # One first statement: the org, READ ONLY and the vector search's settings set, the schema fence read.
     assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 4, reads[0]
     assert sum("set_config" in sql for sql in reads) == 1, reads
@@ -142,9 +146,8 @@ def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgr
     (entries,) = [sql for sql in reads if "entry_id = ANY" in sql]
     assert "content_hash" in entries and "terms" not in entries, entries  # what an Entry is made of, not the index's
     stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
-    assert len(stamps) == 2, reads  # the facts' stamp, and the ledger's version after its count
-    assert len([sql for sql in reads if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, reads  # settings
-    assert len(reads) == 11, reads  # with the odd outcomes' read (`ledger_odd`); 12 before, the settings apart
+    assert len(stamps) == 1, reads  # the ledger's version after its count
+    assert len(reads) == 7, reads  # with the odd outcomes' read (`ledger_odd`)
 
 
 @pytest.mark.postgres
@@ -261,3 +264,33 @@ def test_a_snapshot_is_converted_once_its_transaction_gave_the_connection_back(p
         assert [s.name for s in snapshot.topology.services.values()] == ["auth-service"]
         said = [e["event"] for e in events if e["event"] in ("pool.returned", "records.unreadable")]
         assert said == ["pool.returned", "records.unreadable"], said
+
+
+@pytest.mark.postgres
+def test_a_first_recall_converts_the_orgs_facts_holding_no_connection(postgres, monkeypatch):
+    """A first recall's facts become objects with no pooled connection held: the reads together that came after
+    them held their transaction open while the catalog was converted (a service that cannot be read was logged with
+    the recall's connection out of the pool)."""
+    with Grandbo.open(postgres) as grandbo:
+        memory = grandbo.org("acme")
+        memory._documents.put([DocumentWrite(SERVICES, "unreadable", {"depends_on": 5}, "put")], "test")
+        thread, getconn, putconn = threading.get_ident(), ConnectionPool.getconn, ConnectionPool.putconn
+        with capture_logs() as events:
+
+            def taken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+                conn = getconn(self, *args, **kwargs)
+                if threading.get_ident() == thread:
+                    events.append({"event": "pool.taken"})
+                return conn
+
+            def returned(self, conn):  # type: ignore[no-untyped-def]
+                if threading.get_ident() == thread:
+                    events.append({"event": "pool.returned"})
+                return putconn(self, conn)
+
+            monkeypatch.setattr(ConnectionPool, "getconn", taken)
+            monkeypatch.setattr(ConnectionPool, "putconn", returned)
+            assert memory.recall("auth-service sessions dropped after the redis failover", 5).hits
+    said = [e["event"] for e in events if e["event"] in ("pool.taken", "pool.returned", "records.unreadable")]
+    held = said[: said.index("records.unreadable")]
+    assert held.count("pool.taken") == held.count("pool.returned") > 0, said

@@ -74,11 +74,7 @@ class Recall:
         facts: Callable[[int], rerank.Facts],
         unembeddable: Callable[[], int],
     ) -> None:
-        self._org = org
-        self._search = search
-        self._policy = policy
-        self._provider = provider
-        self._facts = facts
+        self._org, self._search, self._policy, self._provider, self._facts = org, search, policy, provider, facts
         self._unembeddable = unembeddable  # how many of the org's embed jobs are settled unembeddable
 
     def __call__(
@@ -110,16 +106,18 @@ class Recall:
         key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
         # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
-        if shared is not None:  # the facts as the re-ranking reads them (`_rerank`: the same version, kept)
-            key = shared.key(topic, k, arm, services, wanted, view, self._facts(view.documents_seq).read_at)
+        # The facts as the re-ranking reads them (`_rerank`: the same version, kept), read and converted before the
+        # reads together: a first recall's catalog and incidents do not become objects holding a pooled connection.
+        facts = self._facts(view.documents_seq) if shared is not None or arm is Arm.RERANKED else None
+        if shared is not None and facts is not None:
+            key = shared.key(topic, k, arm, services, wanted, view, facts.read_at)
         if shared is not None and (answered := shared.get(key, now)) is not None:
             return answered  # an alike alert's of the same delivery, over the same index (`retrieval.shared`)
         found = shared.found(key) if shared is not None else None  # its candidates, re-ranked at this time
         answer: Verdict | None = None
         hits: list[dict[str, Any]]  # validated with the result, in one call
-        # The store's reads of the answer (the vector arm, the backlog, the entries, the facts, the runbooks' counts)
-        # in one transaction where the store has one to share (Postgres: a first recall made six), ended once the
-        # last is made: the re-ranking's work is not done holding its connection.
+        # The store's reads of the answer (the vector arm, the backlog, the entries, the runbooks' counts) in one
+        # transaction where the store has one to share, ended once the last is made: scoring holds no connection.
         with ExitStack() as reads:
             reads.enter_context(self._search.reading())
             lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
