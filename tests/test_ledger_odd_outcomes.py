@@ -158,3 +158,19 @@ def test_every_field_of_an_outcome_has_its_shapes(field: str) -> None:
     """A field `Outcome` gains must say what the store counts as it is (a new migration: migration 33's shapes are
     landed), or a document holding it is counted as stored however it holds it."""
     assert field in OUTCOME_SHAPES
+
+
+def test_an_odd_outcome_is_taken_from_its_keys_count_once_over_every_chunk_of_refs(memory: OrgMemory, raw, backend):
+    """Outcomes of one runbook filed under more refs than one statement takes (a log imported or edited by hand: the
+    ref is not the runbook id), one of them odd: the count of each chunk of refs had the odd one taken from it, so
+    600 outcomes counted 598 (a chunk whose whole count was odd, none)."""
+    data = "%s" if backend == "sqlite" else "%s::jsonb"
+    refs = [f"ref{number:04d}" for number in range(600)]
+    for number, ref in enumerate(refs):
+        held = {"runbook_id": "RB-X", **GOOD, **({"kind": " Failed "} if number == 0 else {})}
+        raw(f"INSERT INTO documents (org_id, collection, doc_id, ref, data, version, updated_at) "
+            f"VALUES (%s, %s, %s, %s, {data}, 1, %s)", (memory.org, OUTCOMES, f"o-{ref}", ref, json.dumps(held), AT),
+            org=memory.org)  # fmt: skip
+    groups, _, odd = memory._documents.tally(OUTCOMES, [("runbook_id",)], {}, (), refs=refs)
+    assert [doc.doc_id for doc in odd] == ["o-ref0000"]
+    assert groups == [("RB-X", 599)]

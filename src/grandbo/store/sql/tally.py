@@ -67,8 +67,10 @@ class Tallying:
         read = self._read_rows(org_id, [*counts, *picks, *odds]) if counts else []
         found = sorted(chain(*read[len(counts) + len(picks) :]), key=itemgetter(0))  # by id
         apart = Counter(tuple(row[KEYS:]) for row in found)  # the odd ones' counts, by their `by` values
-        groups = [(*key, row[-1] - apart[key]) for row in chain(*read[: len(counts)])
-                  if row[-1] > apart[key := tuple(row[:-1])]]  # fmt: skip
+        summed: Counter[tuple[Any, ...]] = Counter()  # each key's count over every chunk of refs, the odd taken once
+        for row in chain(*read[: len(counts)]):
+            summed[tuple(row[:-1])] += row[-1]
+        groups = [(*key, count - apart[key]) for key, count in summed.items() if count > apart[key]]
         ids = {row[0] for row in found}
         rows = [tuple(row) for row in chain(*read[len(counts) : len(counts) + len(picks)]) if row[0] not in ids]
         return Tally(groups, rows, [self._document(collection, row[:KEYS]) for row in found])
