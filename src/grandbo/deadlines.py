@@ -113,12 +113,12 @@ class _Backend(httpcore.NetworkBackend):
         self, host: str, port: int, timeout: float | None = None, local_address: str | None = None,
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:  # fmt: skip
-        failed: httpcore.ConnectError | None = None
+        failed: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
         for address in _addresses(host, port, _left(timeout, httpcore.ConnectTimeout)):  # each, as the stdlib tries
-            try:
+            try:  # one that timed out too (a route that drops: the next address is tried, in the time left)
                 left = _left(timeout, httpcore.ConnectTimeout)
                 return _Stream(self._backend.connect_tcp(address, port, left, local_address, socket_options))
-            except httpcore.ConnectError as error:
+            except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failed = error
         raise failed or httpcore.ConnectError(f"{host} has no address")
 
