@@ -76,3 +76,17 @@ def test_a_store_file_that_is_no_database_says_so_not_chown(tmp_path):
     (home / "grandbo.db").write_bytes(bytes(range(256)) * 32)
     result = _run(home, "stats")
     assert result.exit_code == 2 and "no SQLite database" in result.stderr and "chown" not in result.stderr
+
+
+def test_a_python_linking_an_sqlite_too_old_for_the_store_says_which_and_what_to_do(tmp_path, monkeypatch):
+    """Migration 33's check reads JSON with `->` (SQLite 3.38): with an older library (Ubuntu 22.04's python3.11
+    links 3.37.2) the migration failed on a syntax error; the store now says what it needs before it opens."""
+    import sqlite3
+
+    monkeypatch.setattr(sqlite3, "sqlite_version_info", (3, 37, 2))
+    monkeypatch.setattr(sqlite3, "sqlite_version", "3.37.2")
+    with pytest.raises(
+        StoreUnavailableError, match=r"needs SQLite 3\.38\.0 or later; this Python links SQLite 3\.37\.2"
+    ):
+        Grandbo.init(Settings(home=tmp_path / "home"), embedding="deterministic")
+    assert not (tmp_path / "home" / "grandbo.db").exists()

@@ -35,6 +35,7 @@ from grandbo.store.sqlite.turns import TurnLock
 log = structlog.get_logger(__name__)
 
 WRITE_POLL_S = 0.002  # how often a write waiting for another process's write lock asks for it again
+OLDEST_SQLITE = (3, 38, 0)  # JSON's `->` and `->>` operators (an outcome's check, migration 33)
 
 
 class Connection:
@@ -52,6 +53,13 @@ class Connection:
         self._synchronous = synchronous  # FULL: an acknowledged write survives a power loss (docs/reliability.md)
         self._terms_of = terms_of
         self.url = f"sqlite:///{path}"
+        if sqlite3.sqlite_version_info < OLDEST_SQLITE:  # the store's SQL reads JSON with `->` (migration 33)
+            raise StoreUnavailableError(
+                f"The embedded store needs SQLite {'.'.join(map(str, OLDEST_SQLITE))} or later; this Python links "
+                f"SQLite {sqlite3.sqlite_version}. Use a Python built with a newer SQLite (python.org's, Debian 12's, "
+                "a pyenv build against a current libsqlite3), or Postgres (GRANDBO_DATABASE_URL).",
+                detail={"sqlite_version": sqlite3.sqlite_version},
+            )
         if (file := not_a_folder(path)) is not None:
             raise StoreUnavailableError(
                 f"Cannot open the SQLite store at {path}: {file} is a file, not a folder. Point GRANDBO_HOME at a "
