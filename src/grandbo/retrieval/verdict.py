@@ -38,28 +38,29 @@ def each_alone(
     calibration: Calibration, cosines: Iterable[float | None], coverages: Iterable[float | None]
 ) -> list[float]:
     """The probability of each candidate's own features (its cosine and coverage as the best of a recall): whether
-    it alone is a strong match. `probability`'s sum term by term, in the calibration's order, without a dict and a
-    generator for each of a re-ranked recall's few dozen candidates."""
+    it alone is a strong match. `probability`'s sum, term by term in the calibration's order, without a dict for
+    each of a re-ranked recall's few dozen candidates."""
     at = {"top_cosine": 0, "top_coverage": 1}  # in each candidate's row; any other feature reads its 0.0 (2)
     terms = [(weight, at.get(name, 2)) for name, weight in zip(calibration.features, calibration.coefficients,
                                                                 strict=True)]  # fmt: skip
     alone = []
     for cosine, coverage in zip(cosines, coverages, strict=True):
         row = (0.0 if cosine is None else cosine, 0.0 if coverage is None else coverage, 0.0)
-        total: float = 0  # as `sum` starts
-        for weight, place in terms:
-            total += weight * row[place]
-        z = calibration.intercept + total
-        alone.append(1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0)
+        alone.append(_logistic(calibration.intercept + sum(weight * row[place] for weight, place in terms)))
     return alone
 
 
 def probability(calibration: Calibration, values: Mapping[str, float]) -> float:
     """P(seen before) under the calibration."""
-    z = calibration.intercept + sum(
+    return _logistic(calibration.intercept + sum(
         weight * values.get(name, 0.0)
         for name, weight in zip(calibration.features, calibration.coefficients, strict=True)
-    )
+    ))  # fmt: skip
+
+
+def _logistic(z: float) -> float:
+    """The probability of log-odds `z` (`probability`'s and `each_alone`'s: the same sum, reduced alike, gives the
+    same bits in both)."""
     return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
 
 
