@@ -121,9 +121,9 @@ class Recall:
         with ExitStack() as reads:
             reads.enter_context(self._search.reading())
             lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
-            if arm is Arm.RERANKED:
+            if arm is Arm.RERANKED and facts is not None:
                 # Oversample: every fused candidate is re-ranked, then the list is cut to k.
-                hits, answer, until = self._rerank(view, topic, lexical, vector, services, wanted, now, k,
+                hits, answer, until = self._rerank(view, facts, topic, lexical, vector, services, wanted, now, k,
                                                    judged=unjudged is None, notes=notes, read=reads.close,
                                                    steady=shared is not None)  # fmt: skip
             else:
@@ -199,11 +199,12 @@ class Recall:
         return lexical, vector, query, unjudged if arm is Arm.RERANKED else None
 
     def _rerank(
-        self, view: OrgIndex, topic: str, lexical: list[LexicalHit], vector: list[VectorHit],
+        self, view: OrgIndex, facts: rerank.Facts, topic: str, lexical: list[LexicalHit], vector: list[VectorHit],
         services: Sequence[str] | None, severity: Severity | None, now: datetime, k: int, *, judged: bool,
         notes: list[str], read: Callable[[], None] = lambda: None, steady: bool = False,
     ) -> tuple[list[dict[str, Any]], Verdict, datetime]:  # fmt: skip
-        """Every fused candidate scored by the composite re-ranker; explanations built for the top k only; if `steady`
+        """Every fused candidate scored by the composite re-ranker over the org's `facts` at the index's documents
+        version (read before the store's reads together); explanations built for the top k only; if `steady`
         (an answer kept for alike alerts), until when the same would come later (`rerank.steady_until`). Not `judged`
         (no cosine: the vector arm skipped, or nothing embedded yet): no verdict and no recurrence label (the
         calibration weighs the best cosine). `read` is called once the store is read for all (scoring reads no more)."""
@@ -211,7 +212,6 @@ class Recall:
         entries = self._search.entries(view, [entry_id for entry_id, _ in ranked])
         lexical_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(lexical, start=1)}
         vector_at = {hit.entry_id: (rank, hit) for rank, hit in enumerate(vector, start=1)}
-        facts = self._facts(view.documents_seq)
         notes.extend(facts.problems)
         policy = self._policy.with_weights(facts.weights)  # the organization's own weights
         situation = [service_name(s) for s in services] if services is not None else facts.topology.mentioned_in(topic)
