@@ -136,7 +136,7 @@ class DocumentSQL:
         apart, that column's index of migration 20, the column leading the order (one value: the same order), so
         that Postgres walks it for a match on no value (IS NULL) too rather than sorting what it matches."""
         d, written = self.dialect, self.dialect.written
-        where, params = self._matching(match)
+        where, params = self.matching(match)
         apart = next((f"{KEPT_APART[path]} DESC, " for path in match if path in KEPT_APART), "")
         if since is not None:
             where += f" AND {written} >= {d.instant}"
@@ -154,7 +154,7 @@ class DocumentSQL:
         (inclusive), each `match` path holding its value, past `after` (a ref and doc id), in ref order. The index
         of migration 2 (on `ref`) is sought from the range's start, not walked."""
         p = self.dialect.param
-        where, params = self._matching(match)
+        where, params = self.matching(match)
         if low is not None:
             where, params = f"{where} AND ref >= {p}", (*params, low)
         if high is not None:
@@ -165,7 +165,7 @@ class DocumentSQL:
         way = " DESC" if descending else ""
         return where, params, f"ref{way}, doc_id{way} LIMIT {int(limit)}"
 
-    def _matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
+    def matching(self, match: Matching) -> tuple[str, tuple[Any, ...]]:
         """The condition that each `match` path holds its value (None: none), and its parameters."""
         d = self.dialect
         where = "".join(f" AND {d.text_of(path)} {'IS NULL' if value is None else '= ' + d.param}"

@@ -26,11 +26,12 @@ WHOLE = "doc_id, ref, data, version, updated_at"  # an odd document's columns, t
 KEYS = len(WHOLE.split(", "))
 
 
-def statements(sql: DocumentSQL, by: Paths, match: Matching, values: Paths, among: str) -> tuple[str, str, str]:
+def statements(sql: DocumentSQL, by: Paths, matching: str, values: Paths, among: str) -> tuple[str, str, str]:
     """The tally's three statements (parameters: org, collection, those of `among`, a condition on the columns; the
-    second's then `match`'s): every document counted by its `by` values; the id and `values` of those that match;
-    the odd ones whole, then their `by` values. Values as `json_at` reads them, not cast."""
-    d, (matching, _) = sql.dialect, sql._matching(match)
+    second's then those of `matching`, the condition `DocumentSQL.matching` makes of a match): every document counted
+    by its `by` values; the id and `values` of those that match; the odd ones whole, then their `by` values. Values
+    as `json_at` reads them, not cast."""
+    d = sql.dialect
     where = f"WHERE org_id = {d.param} AND collection = {d.param}{among and ' AND ' + among}"
     held = f"FROM documents {where}"
     keys = ", ".join(map(d.json_at, by))
@@ -56,11 +57,11 @@ class Tallying:
     def tally_documents(
         self, org_id: str, collection: str, by: Paths, match: Matching, values: Paths, refs: Only = None
     ) -> Tally:
-        _, params = self.SQL._matching(match)
+        matching, params = self.SQL.matching(match)  # the same for every chunk
         counts, picks, odds = [], [], []  # each chunk of refs' statements (one: no refs), all in one read
         for chunk in [None] if refs is None else chunks(list(dict.fromkeys(refs))):
             among, held = self.SQL.dialect.any_of("ref", chunk) if chunk is not None else ("", ())
-            counted, picked, odd = statements(self.SQL, by, match, values, among)
+            counted, picked, odd = statements(self.SQL, by, matching, values, among)
             counts.append((counted, (org_id, collection, *held)))
             picks += [(picked, (org_id, collection, *held, *params))] if values else []
             odds.append((odd, (org_id, collection, *held)))
