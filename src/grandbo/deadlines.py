@@ -7,6 +7,7 @@ the timeout, held the call for as long as it trickled. Here httpcore (the librar
 through a network backend whose streams give each read and write at most the time left before the deadline
 `within` sets for the calling thread, so a head trickled past it ends in httpx.ReadTimeout like a body does. A
 host's name is looked up within that time too (`_addresses`): the standard library's look-up takes no timeout.
+A name's callers share its one look-up in flight, and a few names at most are looked up at once (`_LookUps`).
 
 Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY, as the standard library reads them)
 go through the same backend: httpx would otherwise send those calls through a transport of its own, unbounded.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
+import os
 import socket
 import ssl
 import threading
@@ -78,31 +80,73 @@ def _addresses(host: str, port: int, timeout: float | None) -> list[str]:
     """`host`'s addresses, looked up within `timeout` (an address is its own). getaddrinfo takes no timeout: a
     resolver that did not answer held a call past its deadline for as long as the resolver's own retries lasted
     (resolv.conf's timeout times its attempts, for each nameserver: 10 s and more by default). The look-up runs in a
-    thread of its own, left to the resolver when it is late (a daemon: it holds no exit up)."""
+    thread of its own, left to the resolver when it is late (a daemon: it holds no exit up), and shared (`_LookUps`)."""
     try:
         return [str(ipaddress.ip_address(host))]
     except ValueError:
         pass
-    answer: list[list[str] | httpcore.ConnectError] = []
-    done = threading.Event()
+    found = _found(host, port) if timeout is None else _look_ups.wait(host, port, timeout)
+    if isinstance(found, str):  # as httpcore maps the standard library's own look-up's failure
+        raise httpcore.ConnectError(found)
+    return found
 
-    def look_up() -> None:
-        try:
-            found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
-            answer.append(list(dict.fromkeys(str(info[4][0]) for info in found)))
-        except OSError as error:  # as httpcore maps the standard library's own look-up's
-            answer.append(httpcore.ConnectError(str(error)))
-        done.set()
 
-    if timeout is None:
-        look_up()
-    else:
-        threading.Thread(target=look_up, name=f"grandbo-resolve-{host}"[:60], daemon=True).start()
-        if not done.wait(timeout):
+def _found(host: str, port: int) -> list[str] | str:
+    """`host`'s addresses, in the resolver's order, or why it has none."""
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except OSError as error:
+        return str(error)
+    return list(dict.fromkeys(str(info[4][0]) for info in found))
+
+
+class _LookUp:
+    """One look-up of a name in flight: `found` once `done` is set."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.found: list[str] | str = ""
+
+
+class _LookUps:
+    """The look-ups in flight, one per name, each in a thread of its own. A look-up the resolver leaves unanswered
+    holds its thread for the resolver's own retries, after its callers have gone: with one thread per call, a
+    resolver that answered nothing piled up a thread for every call of those seconds (review 26 L1). A name's
+    callers wait on its one look-up in flight, and look-ups of more names than `MOST` at once are refused as late."""
+
+    MOST = 8
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: dict[str, _LookUp] = {}
+
+    def wait(self, host: str, port: int, timeout: float) -> list[str] | str:
+        with self._lock:
+            pending = self._pending.get(host)
+            if pending is None:
+                if len(self._pending) >= self.MOST:
+                    raise httpcore.ConnectTimeout(
+                        f"looking up {host} was not begun: {self.MOST} look-ups of other names are still waiting "
+                        "for the resolver; check the nameservers in /etc/resolv.conf")  # fmt: skip
+                pending = self._pending[host] = _LookUp()
+                name = f"grandbo-resolve-{host}"[:60]
+                threading.Thread(target=self._look_up, args=(host, port, pending), name=name, daemon=True).start()
+        if not pending.done.wait(timeout):
             raise httpcore.ConnectTimeout(f"looking up {host} took over {timeout:.3g} s")
-    if isinstance(answer[0], httpcore.ConnectError):
-        raise answer[0]
-    return answer[0]
+        return pending.found
+
+    def _look_up(self, host: str, port: int, pending: _LookUp) -> None:
+        pending.found = _found(host, port)
+        with self._lock:
+            del self._pending[host]
+        pending.done.set()
+
+    def after_fork(self) -> None:
+        self.__init__()  # type: ignore[misc]  # a child has none of its parent's threads
+
+
+_look_ups = _LookUps()
+os.register_at_fork(after_in_child=_look_ups.after_fork)
 
 
 class _Backend(httpcore.NetworkBackend):
