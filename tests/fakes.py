@@ -95,9 +95,10 @@ def fake_embed_calibration() -> Calibration:
 class FakeEmbeddings:
     """Start with `with FakeEmbeddings() as fake:`; `fake.url` is the base URL."""
 
-    def __init__(self, dimension: int = 8, *, keep_alive: bool = False) -> None:
+    def __init__(self, dimension: int = 8, *, keep_alive: bool = False, host: str = "127.0.0.1") -> None:
         """`keep_alive`: HTTP/1.1 connections kept open between requests (a client that reuses its connections
-        opens few), counted in `connections` (accepted) and `open_connections` (not closed yet)."""
+        opens few), counted in `connections` (accepted) and `open_connections` (not closed yet). `host`: the
+        loopback address it listens on."""
         self.behaviour = Behaviour(dimension=dimension)
         behaviour = self.behaviour
         self.connections = self.open_connections = 0
@@ -277,8 +278,8 @@ class FakeEmbeddings:
                     self.wfile.write(body)
                     self._record["answered"] = True
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._server = ThreadingHTTPServer((host, 0), Handler)
+        self.url = f"http://{host}:{self._server.server_address[1]}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def __enter__(self) -> FakeEmbeddings:

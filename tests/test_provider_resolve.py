@@ -5,7 +5,9 @@ ours, and ended in a look-up failure rather than a timeout.
 
 The stall is real: a process of its own, in namespaces of its own (`unshare -rmn`: a mount namespace whose
 /etc/resolv.conf names a nameserver on loopback, and a network namespace with loopback alone, so that no query
-leaves it), asks a provider's name of a nameserver that reads every query and answers none."""
+leaves it), asks a provider's name of a nameserver that reads every query and answers none. A name's addresses are
+tried in turn the same way: the mount namespace's /etc/hosts gives the name two loopback addresses, the first of
+which never accepts a connection."""
 
 from __future__ import annotations
 
@@ -64,6 +66,34 @@ for each in calls:
 print(sum(thread.name.startswith("grandbo-resolve-") for thread in threading.enumerate()), *sorted(errors))
 """
 
+# vendor.test is two loopback addresses: the first listens but never accepts (a connection to it times out, as
+# one to an address whose route drops it does), the second is the provider
+HOSTS = "127.0.0.1 vendor.test\n127.0.0.2 vendor.test\n"
+SILENT_FIRST_ADDRESS = """
+import socket
+from grandbo.config import Settings
+from grandbo.embeddings.base import get_provider
+from tests.fakes import FakeEmbeddings
+
+with FakeEmbeddings(dimension=8, host="127.0.0.2") as fake:
+    port = int(fake.url.rsplit(":", 1)[1])
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", port))
+    silent.listen(0)  # never accepted: once its queue is full, a connection's SYN is dropped
+    queued = [socket.socket() for _ in range(3)]
+    for each in queued:
+        each.setblocking(False)
+        each.connect_ex(("127.0.0.1", port))
+    print(*(info[4][0] for info in socket.getaddrinfo("vendor.test", port, type=socket.SOCK_STREAM)))
+    provider = get_provider("openai", Settings(
+        home="HOME_DIR", openai_base_url=f"http://vendor.test:{port}", openai_model="fake-embed", openai_dimension=8,
+        openai_api_key="test-key", http_timeout_seconds=4.0, embed_retry_seconds=0))
+    try:
+        print(len(provider.embed(["checkout-api pool exhausted"])[0]), len(fake.behaviour.requests))
+    except Exception as error:
+        print(type(error).__name__)
+"""
+
 
 def _namespaces_available(tmp_path: Path) -> bool:
     if shutil.which("unshare") is None or shutil.which("ip") is None:
@@ -74,30 +104,43 @@ def _namespaces_available(tmp_path: Path) -> bool:
     return probe.returncode == 0
 
 
-def _in_namespaces(tmp_path: Path, call: str) -> list[str]:
-    """What `call` prints, run by a process of its own with the silent nameserver's resolv.conf."""
+def _in_namespaces(tmp_path: Path, call: str, etc: dict[str, str]) -> list[str]:
+    """What `call` prints, run by a process of its own that reads the files `etc` writes instead of /etc's."""
     if not _namespaces_available(tmp_path):
         pytest.skip("this machine lets no user make a mount and network namespace (unshare -rmn)")
-    resolv = tmp_path / "resolv.conf"
-    resolv.write_text(RESOLV_CONF)
-    script = f'ip link set lo up && mount --bind "{resolv}" /etc/resolv.conf && exec "{sys.executable}" -c "$CALL"'
+    mounts = ""
+    for name, text in etc.items():
+        (tmp_path / name).write_text(text)
+        mounts += f'mount --bind "{tmp_path / name}" /etc/{name} && '
+    script = f'ip link set lo up && {mounts}exec "{sys.executable}" -c "$CALL"'
+    root = Path(__file__).parent.parent
     run = subprocess.run(["unshare", "-rmn", "sh", "-c", script], capture_output=True, text=True, timeout=100,
                          env={"CALL": call, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin",
-                              "PYTHONPATH": str(Path(__file__).parent.parent / "src")})  # fmt: skip
+                              "PYTHONPATH": f"{root / 'src'}:{root}"})  # fmt: skip
     assert run.returncode == 0, run.stderr[-2000:]
     return run.stdout.split()
 
 
 def test_a_provider_whose_name_the_resolver_never_answers_times_out_at_the_calls_deadline(tmp_path):
     # Before: "ConnectError", the look-up's own failure once the resolver gave up (30 s on).
-    assert _in_namespaces(tmp_path, CALL) == ["ConnectTimeout", "asked"]
+    assert _in_namespaces(tmp_path, CALL, {"resolv.conf": RESOLV_CONF}) == ["ConnectTimeout", "asked"]
+
+
+def test_a_call_whose_first_address_never_answers_a_connect_is_made_to_the_next(tmp_path):
+    """Review 26 M3: a connect that timed out on a name's first address (an IPv6 route that drops) is tried on its
+    next in the time left, as the standard library's create_connection tries each. The first took all of the call's
+    time (its connect timeout is the call's), and the call failed with the next address never tried."""
+    call = SILENT_FIRST_ADDRESS.replace("HOME_DIR", str(tmp_path / "home"))
+    printed = _in_namespaces(tmp_path, call, {"hosts": HOSTS, "host.conf": "multi on\n"})
+    assert printed[:2] == ["127.0.0.1", "127.0.0.2"]  # the silent address is tried first
+    assert printed[2:] == ["8", "1"]  # before: ProviderUnavailableError (a connect timeout)
 
 
 def test_calls_the_resolver_never_answers_leave_a_few_look_ups_waiting_not_one_per_call(tmp_path):
     """Review 26 L1: each call that timed out left its look-up's thread waiting on the resolver (30 s here), so a
     silent resolver piled up a thread per call. 24 calls to one name, and one call to each of 24 names, leave one
     look-up for the one name and a few at most for the others; every call still ends in a timeout."""
-    printed = _in_namespaces(tmp_path, MANY_CALLS)
+    printed = _in_namespaces(tmp_path, MANY_CALLS, {"resolv.conf": RESOLV_CONF})
     waiting, errors = int(printed[0]), set(printed[1:])
     assert errors == {"ConnectTimeout"}
     assert 1 <= waiting <= deadlines._LookUps.MOST  # before: 48, a thread per call

@@ -158,10 +158,14 @@ class _Backend(httpcore.NetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.NetworkStream:  # fmt: skip
         failed: httpcore.ConnectError | httpcore.ConnectTimeout | None = None
-        for address in _addresses(host, port, _left(timeout, httpcore.ConnectTimeout)):  # each, as the stdlib tries
-            try:  # one that timed out too (a route that drops: the next address is tried, in the time left)
-                left = _left(timeout, httpcore.ConnectTimeout)
-                return _Stream(self._backend.connect_tcp(address, port, left, local_address, socket_options))
+        addresses = _addresses(host, port, _left(timeout, httpcore.ConnectTimeout))
+        for place, address in enumerate(addresses):  # each, as the standard library tries them
+            # An address whose connect times out (a route that drops) is passed over for the next: each has its
+            # share of the time left, the last all of it. With all of it each, the first took the call's time.
+            left = _left(timeout, httpcore.ConnectTimeout)
+            share = None if left is None else left / (len(addresses) - place)
+            try:
+                return _Stream(self._backend.connect_tcp(address, port, share, local_address, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
                 failed = error
         raise failed or httpcore.ConnectError(f"{host} has no address")
