@@ -12,7 +12,9 @@ import os
 import signal
 import subprocess
 import sys
+from datetime import timedelta
 
+from grandbo.model import utcnow
 from grandbo.ports import NewWork
 from grandbo.redrive import ALERT_TRIAGE
 from grandbo.service import Grandbo
@@ -25,6 +27,21 @@ from grandbo.config import Settings
 from grandbo.service import Grandbo
 grandbo = Grandbo.open(Settings())
 print(len(grandbo._store.claim_work(16, 8, 300)), flush=True)
+sys.stdin.read()
+"""
+
+# A runner that leases every ready piece (one of each of four orgs), gives two back (acme's released, as a stopping
+# runner does; beta's failed, as after an error), says how many it still holds, and waits to be killed.
+GIVES_BACK = """
+import sys
+from grandbo.config import Settings
+from grandbo.model import utcnow
+from grandbo.service import Grandbo
+store = Grandbo.open(Settings())._store
+work = store.claim_work(16, 8, 300)
+store.release_work([piece for piece in work if piece.org_id == "acme"])
+store.fail_work([piece for piece in work if piece.org_id == "beta"], "the model timed out", utcnow())
+print(len(work) - 2, flush=True)
 sys.stdin.read()
 """
 
@@ -59,3 +76,35 @@ def test_a_write_behind_a_killed_process_held_is_done_at_once_unless_held_on_ano
     assert (report.done, report.failed) == (1, 0)  # the killed process's; the other machine's keeps its lease
     assert memory.stats().write_behinds == 1
     assert [(by,) for (by,) in raw("SELECT claimed_by FROM pending_work", org="acme")] == [(elsewhere,)]
+
+
+def test_an_ended_write_behind_lease_names_no_holder_so_an_older_runners_lease_is_not_taken_over(
+    grandbo, settings, raw
+):
+    """A runner from before migration 29 (still running during a rolling deploy) leases a piece without naming
+    itself: the piece must not still name the runner whose lease ended (released, failed, ended as its holder was
+    gone, retried), or a re-driver that finds that one gone ends the live lease and the piece is done twice
+    (review 26: embed_outbox.claimed_by was cleared so last session, pending_work.claimed_by was not)."""
+    orgs = ("acme", "beta", "gamma", "delta")
+    for org in orgs:
+        grandbo.org(org, create=True)
+        grandbo._store.put_documents(org, [], "t", [NewWork(ALERT_TRIAGE, f"A-{org}")])
+
+    def holders() -> list[object]:
+        return [by for org in orgs
+                for (by,) in raw("SELECT claimed_by FROM pending_work WHERE org_id = %s", (org,), org=org)]  # fmt: skip
+
+    killed_while_holding(settings, GIVES_BACK)
+    with Grandbo.open(settings) as other:
+        assert other.redriver.take_over() == 2  # gamma's and delta's: their holder was killed
+    assert holders() == [None] * 4  # before: the killed runner, on all four
+    claimed = grandbo._store.claim_work(16, 8, 300)  # leased here, then ended by a retry of failed work
+    assert grandbo._store.retry_failed_work() == 3  # beta's, gamma's and delta's: each counted a failed attempt
+    grandbo._store.release_work([piece for piece in claimed if piece.org_id == "acme"])
+    assert len(claimed) == 4 and holders() == [None] * 4  # before: this process, on the three retried
+    later = (utcnow() + timedelta(seconds=300)).isoformat()
+    for org in orgs:  # the older runner's lease: claimed_until only, as its claim wrote it
+        raw("UPDATE pending_work SET claimed_until = %s WHERE org_id = %s", (later, org), org=org)
+    with Grandbo.open(settings) as other:
+        assert other.redriver.take_over() == 0
+    assert grandbo._store.claim_work(16, 8, 300) == []  # the older runner keeps its four leases

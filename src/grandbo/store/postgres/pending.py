@@ -2,6 +2,8 @@
 the write's own transaction (`put_documents(..., work)`), leased by the runner that does them (SKIP LOCKED:
 concurrent runners take different work), deleted when done. A lease records its holder (`store.sql.holders`): a
 runner that dies leaves its lease to run out, or to be freed at once by a re-driver that proves its process gone.
+A lease that ends names no holder: a runner from before migration 29 leases without naming itself, and its live
+lease must not name the runner that held the piece before (a re-driver that found that one gone would end it).
 
 Row-level security walls the table by org like every other (migration 14); which orgs have ready work, and
 the store-wide counts, come from the owner's `grandbo_pending_work()` in one statement."""
@@ -143,8 +145,8 @@ class PendingWorkMixin(Beating, PostgresConnection):
         # row as it was): none the first time, then the retry delay, doubling, one step behind, an hour at most.
         with self._writing(org_id) as conn:
             return _works(conn.execute(
-                "UPDATE pending_work SET claimed_until = NULL, attempts = attempts + 1, last_error = %s, "
-                "available_at = now() + make_interval(secs => CASE WHEN attempts = 0 THEN 0 "
+                "UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL, attempts = attempts + 1, "
+                "last_error = %s, available_at = now() + make_interval(secs => CASE WHEN attempts = 0 THEN 0 "
                 "ELSE least(3600, %s * power(2, least(attempts - 1, 32))) END) "
                 "WHERE org_id = %s AND claimed_by = %s AND claimed_until > now() "
                 "RETURNING work_id, org_id, kind, subject, payload, attempts, NULL::bigint",
@@ -155,8 +157,8 @@ class PendingWorkMixin(Beating, PostgresConnection):
         self._heartbeat().dropped(work)
         for org_id, ids in _grouped(work):
             with self._writing(org_id) as conn:
-                conn.execute("UPDATE pending_work SET claimed_until = NULL WHERE org_id = %s AND work_id = ANY(%s)",
-                             (org_id, ids))  # fmt: skip
+                conn.execute("UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL "
+                             "WHERE org_id = %s AND work_id = ANY(%s)", (org_id, ids))  # fmt: skip
 
     def complete_work(self, work: Sequence[Work]) -> None:
         self._heartbeat().dropped(work)
@@ -170,7 +172,7 @@ class PendingWorkMixin(Beating, PostgresConnection):
             with self._writing(org_id) as conn:
                 conn.execute(
                     "UPDATE pending_work SET attempts = attempts + 1, last_error = %s, available_at = %s, "
-                    "claimed_until = NULL WHERE org_id = %s AND work_id = ANY(%s)",
+                    "claimed_until = NULL, claimed_by = NULL WHERE org_id = %s AND work_id = ANY(%s)",
                     (error[:2000], retry_at, org_id, ids),
                 )
 
@@ -206,8 +208,8 @@ class PendingWorkMixin(Beating, PostgresConnection):
         for org in orgs:
             with self._writing(org) as conn:
                 count += conn.execute(
-                    "UPDATE pending_work SET attempts = 0, available_at = now(), claimed_until = NULL "
-                    "WHERE org_id = %s AND attempts > 0",
+                    "UPDATE pending_work SET attempts = 0, available_at = now(), claimed_until = NULL, "
+                    "claimed_by = NULL WHERE org_id = %s AND attempts > 0",
                     (org,),
                 ).rowcount
         return count

@@ -1,7 +1,9 @@
 """The embedded store's pending work (`ports.PendingWork`): write-behinds a request acknowledged, recorded in
 the write's own transaction (`put_documents(..., work)`), leased by the runner that does them, deleted when
 done. A lease records its holder (`store.sql.holders`): a runner that dies leaves its lease to run out, or to be
-freed at once by a re-driver that proves its process gone."""
+freed at once by a re-driver that proves its process gone. A lease that ends names no holder: a runner from before
+migration 29 leases without naming itself, and its live lease must not name the runner that held the piece before
+(a re-driver that found that one gone would end it)."""
 
 from __future__ import annotations
 
@@ -140,8 +142,8 @@ class PendingWorkMixin(Beating, Connection):
             ).fetchall()
             lost = [replace(_work(row, None), attempts=row[5] + 1) for row in rows]
             db.executemany(
-                "UPDATE pending_work SET claimed_until = NULL, attempts = ?, last_error = ?, available_at = ? "
-                "WHERE org_id = ? AND work_id = ?",
+                "UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL, attempts = ?, last_error = ?, "
+                "available_at = ? WHERE org_id = ? AND work_id = ?",
                 [(w.attempts, error[:2000], _after(now, lost_delay(w.attempts, retry_seconds)), org_id, w.work_id)
                  for w in lost],
             )  # fmt: skip
@@ -156,15 +158,15 @@ class PendingWorkMixin(Beating, Connection):
     def release_work(self, work: Sequence[Work]) -> None:
         self._heartbeat().dropped(work)
         with self._write(_one_org(work)) as db:
-            db.executemany("UPDATE pending_work SET claimed_until = NULL WHERE org_id = ? AND work_id = ?",
-                           [(w.org_id, w.work_id) for w in work])  # fmt: skip
+            db.executemany("UPDATE pending_work SET claimed_until = NULL, claimed_by = NULL "
+                           "WHERE org_id = ? AND work_id = ?", [(w.org_id, w.work_id) for w in work])  # fmt: skip
 
     def fail_work(self, work: Sequence[Work], error: str, retry_at: datetime) -> None:
         self._heartbeat().dropped(work)
         with self._write(_one_org(work)) as db:
             db.executemany(
                 "UPDATE pending_work SET attempts = attempts + 1, last_error = ?, available_at = ?, "
-                "claimed_until = NULL WHERE org_id = ? AND work_id = ?",
+                "claimed_until = NULL, claimed_by = NULL WHERE org_id = ? AND work_id = ?",
                 [(error[:2000], retry_at.isoformat(), w.org_id, w.work_id) for w in work],
             )
 
@@ -186,7 +188,7 @@ class PendingWorkMixin(Beating, Connection):
     def retry_failed_work(self, org_id: str | None = None) -> int:
         with self._write(org_id) as db:
             return db.execute(
-                "UPDATE pending_work SET attempts = 0, available_at = ?, claimed_until = NULL "
+                "UPDATE pending_work SET attempts = 0, available_at = ?, claimed_until = NULL, claimed_by = NULL "
                 "WHERE attempts > 0 AND (? IS NULL OR org_id = ?)",
                 (utcnow().isoformat(), org_id, org_id),
             ).rowcount
