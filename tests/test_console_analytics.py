@@ -9,7 +9,7 @@ import re
 import threading
 
 from grandbo.tiers.ledger import Ledger
-from grandbo.web import analytics
+from grandbo.web import analytics, charts
 from grandbo.web.analytics import AnalyticsCache
 from tests.serving import serving
 from tests.test_console_http import signed_in
@@ -162,3 +162,20 @@ def test_an_erasure_is_shown_at_the_next_view_even_within_a_build_s_stretch(gran
     assert memory.erasure.purge_text("zorbax-quell", reason="a customer's name", actor="alice").documents
     shown = cache.get(memory)
     assert not any("zorbax" in service for service in shown.mttr) and shown.held_s == 0
+
+
+def test_charts_of_one_title_and_description_on_a_page_have_ids_of_their_own():
+    """Review 26 L4: a chart's ids were a digest of its title and description alone, so two charts of the same words
+    on a page shared them (both labelled by the first's title). Each has its own, the same on every view of the
+    page, whatever other pages were drawn between."""
+
+    def drawn() -> tuple[list[str], list[str]]:
+        page = charts.Page()
+        both = "".join(charts.hbars([], "Incidents per service", page=page) for _ in range(2))
+        return re.findall(r' id="([^"]+)"', both), re.findall(r'aria-labelledby="([^"]+)"', both)
+
+    ids, labels = drawn()
+    charts.hbars([("orders", 3.0)], "Incidents per service", page=charts.Page())
+    assert len(set(ids)) == len(ids) == 4  # before: the second chart's two ids were the first's
+    assert labels == [f"{ids[0]} {ids[1]}", f"{ids[2]} {ids[3]}"]
+    assert drawn() == (ids, labels)

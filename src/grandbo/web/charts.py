@@ -1,7 +1,8 @@
 """Charts drawn on the server as SVG: no script, readable at a glance, each with a title and a description for
 screen readers (the page puts the same numbers in a table beside it).
 
-Every function takes plain numbers and returns markup; text is escaped here, so callers pass raw labels.
+Every function takes plain numbers and the page it is drawn on (`Page`: the charts' ids) and returns markup; text
+is escaped here, so callers pass raw labels.
 """
 
 from __future__ import annotations
@@ -28,10 +29,24 @@ class Interval:
     note: str
 
 
-def _frame(width: int, height: int, title: str, desc: str, body: list[str]) -> Markup:
-    # Named by its own words, not by a count of the charts this process drew: that count moved with every other
-    # organization's page, and showed how often they looked (a page's charts have titles of their own).
-    n = hashlib.blake2s(f"{title}\x1f{desc}".encode(), digest_size=6).hexdigest()
+class Page:
+    """The charts of one page, named for their ids: by their own words (a digest of title and description), and a
+    second of the same words on the page by its place among them (`-2`, `-3`: two charts of one title and
+    description shared an id, and a screen reader read the first's for both). Named by nothing beyond the page:
+    a count of the charts this process drew moved with every other organization's page, and showed how often
+    they looked."""
+
+    def __init__(self) -> None:
+        self._named: dict[str, int] = {}
+
+    def name(self, title: str, desc: str) -> str:
+        digest = hashlib.blake2s(f"{title}\x1f{desc}".encode(), digest_size=6).hexdigest()
+        place = self._named[digest] = self._named.get(digest, 0) + 1
+        return digest if place == 1 else f"{digest}-{place}"
+
+
+def _frame(width: int, height: int, title: str, desc: str, body: list[str], page: Page) -> Markup:
+    n = page.name(title, desc)
     head = (
         f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {width} {height}" width="100%" '
         f'role="img" aria-labelledby="chart{n}-t chart{n}-d" preserveAspectRatio="xMinYMin meet">'
@@ -54,14 +69,14 @@ def _short(label: str, limit: int = 28) -> str:
     return label if len(label) <= limit else label[: limit - 1] + "…"
 
 
-def empty(title: str, message: str) -> Markup:
-    return _frame(640, 60, title, message, [_text(12, 35, message, fill=MUTED, size=13)])
+def empty(title: str, message: str, *, page: Page) -> Markup:
+    return _frame(640, 60, title, message, [_text(12, 35, message, fill=MUTED, size=13)], page)
 
 
-def intervals(rows: Sequence[Interval], title: str) -> Markup:
+def intervals(rows: Sequence[Interval], title: str, *, page: Page) -> Markup:
     """Each row a dot at its mean and a whisker across its credible interval, on a 0-100% axis."""
     if not rows:
-        return empty(title, "No runbook has an outcome yet.")
+        return empty(title, "No runbook has an outcome yet.", page=page)
     left, right, row_h, top = 230, 250, 26, 30
     width = 900
     plot = width - left - right
@@ -85,13 +100,13 @@ def intervals(rows: Sequence[Interval], title: str) -> Markup:
         body.append(f'<circle cx="{x_mean:.1f}" cy="{y:.1f}" r="5.5" fill="{PALETTE[1]}" stroke="white"/>')
         body.append(_text(left + plot + 12, y + 4, row.note, fill=MUTED))
     desc = "; ".join(f"{r.label}: {r.mean:.0%} ({r.low:.0%} to {r.high:.0%}), {r.note}" for r in rows)
-    return _frame(width, height, title, desc, body)
+    return _frame(width, height, title, desc, body, page)
 
 
-def hbars(rows: Sequence[tuple[str, float]], title: str, unit: str = "") -> Markup:
+def hbars(rows: Sequence[tuple[str, float]], title: str, unit: str = "", *, page: Page) -> Markup:
     """Horizontal bars, longest first as given, each labelled with its value."""
     if not rows:
-        return empty(title, "Nothing to count yet.")
+        return empty(title, "Nothing to count yet.", page=page)
     left, row_h, top, width = 200, 24, 8, 900
     plot = width - left - 90
     top_value = max(value for _, value in rows) or 1.0
@@ -106,7 +121,7 @@ def hbars(rows: Sequence[tuple[str, float]], title: str, unit: str = "") -> Mark
         )
         body.append(_text(left + length + 8, y + 16, f"{value:g}{unit}"))
     desc = "; ".join(f"{label}: {value:g}{unit}" for label, value in rows)
-    return _frame(width, height, title, desc, body)
+    return _frame(width, height, title, desc, body, page)
 
 
 def nice_ceiling(value: float) -> float:
@@ -124,11 +139,11 @@ def _ticks(low: datetime, high: datetime, count: int = 5) -> list[datetime]:
     return [low + step * i for i in range(count)]
 
 
-def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str) -> Markup:
+def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str, *, page: Page) -> Markup:
     """One line per series over time (points marked), a shared y axis from 0, and a legend."""
     points = [p for values in series.values() for p in values]
     if not points:
-        return empty(title, "No data points yet.")
+        return empty(title, "No data points yet.", page=page)
     width, height, left, right, top, bottom = 900, 300, 70, 20, 20, 60
     plot_w, plot_h = width - left - right, height - top - bottom
     t0, t1 = min(p[0] for p in points), max(p[0] for p in points)
@@ -164,14 +179,14 @@ def lines(series: dict[str, list[tuple[datetime, float]]], title: str, unit: str
     desc = "; ".join(
         f"{name}: {len(values)} points, latest {sorted(values)[-1][1]:.0f}{unit}" for name, values in series.items()
     )
-    return _frame(width, height + 16 * ((len(series) - 1) // 4), title, desc, body)
+    return _frame(width, height + 16 * ((len(series) - 1) // 4), title, desc, body, page)
 
 
-def split(parts: Sequence[tuple[str, int]], title: str) -> Markup:
+def split(parts: Sequence[tuple[str, int]], title: str, *, page: Page) -> Markup:
     """One bar split into its parts (e.g. embedded and unembedded entries), each part labelled."""
     total = sum(value for _, value in parts)
     if total == 0:
-        return empty(title, "No entries yet.")
+        return empty(title, "No entries yet.", page=page)
     width, left, bar_w = 900, 10, 880
     body, x = [], float(left)
     for n, (label, value) in enumerate(parts):
@@ -182,4 +197,4 @@ def split(parts: Sequence[tuple[str, int]], title: str) -> Markup:
         body.append(_text(left + n * 260 + 17, 57, f"{label}: {value:,} ({value / total:.0%})", size=12))
         x += length
     desc = "; ".join(f"{label}: {value}" for label, value in parts)
-    return _frame(width, 68, title, desc, body)
+    return _frame(width, 68, title, desc, body, page)

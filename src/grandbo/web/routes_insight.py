@@ -31,15 +31,16 @@ def analytics_page(request: Request, viewer: SignedIn) -> HTMLResponse:
         )
         for rid, e in tried
     ]
-    stats = data.stats
+    stats, page = data.stats, charts.Page()
     drawn = {
-        "runbooks": charts.intervals(rows, "Runbook success rate with its 90% credible interval"),
-        "mttr": charts.lines(data.mttr, "Median time to mitigate per service, by month", " min"),
-        "incidents": charts.hbars([(s, float(n)) for s, n in data.incidents], "Incidents per service"),
-        "growth": charts.lines(data.growth, "Memory entries over time (cumulative, days in UTC)", ""),
+        "runbooks": charts.intervals(rows, "Runbook success rate with its 90% credible interval", page=page),
+        "mttr": charts.lines(data.mttr, "Median time to mitigate per service, by month", " min", page=page),
+        "incidents": charts.hbars([(s, float(n)) for s, n in data.incidents], "Incidents per service", page=page),
+        "growth": charts.lines(data.growth, "Memory entries over time (cumulative, days in UTC)", "", page=page),
         "embedded": charts.split(
             [("embedded", stats.readable), ("unembedded (lexical only)", stats.unreadable)],
             "Entries the vector arm can read",
+            page=page,
         ),
     }
     return render(request, "analytics.html", viewer, nav="analytics", data=data, charts=drawn, tried=tried)
