@@ -342,3 +342,27 @@ def test_grandbo_mcp_over_stdio_says_a_request_before_initialize_waits_for_it(gr
     assert by_id[7]["error"]["code"] == -32602 and "Send initialize first" in by_id[7]["error"]["message"]
     assert "data" not in by_id[7]["error"] and "result" in by_id[0]
     assert "params.arguments must be an object" in by_id[8]["error"]["message"] and by_id[9]["result"]["tools"]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (b'{"id": 1, "method": "ping"}', '"jsonrpc" is missing'),
+        (b'{"jsonrpc": 2, "id": 1, "method": "ping"}', '"jsonrpc" must be "2.0", not 2'),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', '"method" must be a string naming the method'),
+        (b'{"jsonrpc": "2.0", "method": {"a": 1}}', '"method" must be a string naming the method'),
+        (b'{"jsonrpc": "2.0", "id": 1}', 'it has no "method" (a request or a notification)'),
+        (b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": 1, "method": "ping"}', "starts with a byte order mark"),
+    ],
+)
+def test_an_object_that_is_no_json_rpc_message_is_told_what_to_send(grandbo, keys, body, said):
+    """Probe 27: the SDK answered each with pydantic's report of 4-7 validation errors of a union of four message
+    types (links to pydantic's site, the input echoed), as -32602; a byte order mark with "expected value at line 1
+    column 1". Failed before: one sentence saying what is wrong and the shape to send, -32600 (-32700: the mark)."""
+    with serving(grandbo) as served:
+        answer = httpx.post(f"{served.url}/mcp", content=body, timeout=BOUND,
+                            headers=_headers(keys["alpha"], **{"Content-Type": "application/json"}))  # fmt: skip
+    error = answer.json()["error"]
+    assert answer.status_code == 400 and error["code"] == (-32700 if body[:1] == b"\xef" else -32600), answer.text
+    assert said in error["message"] and "Send one JSON-RPC message: a JSON object" in error["message"], answer.text
+    assert "validation error" not in answer.text.lower() and "pydantic" not in answer.text

@@ -11,6 +11,7 @@ held it 200-480 ms, once for each message a key sent (probe 27)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any
 
@@ -43,6 +44,9 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
     if values_at_least(raw) > MAX_VALUES:  # refused unparsed: parsing holds the GIL, so the event loop, throughout
         return _too_large(None, f"holds more than {MAX_VALUES:,} values")
+    if raw[:3] == codecs.BOM_UTF8 or raw[:1] == "\ufeff":  # Python reads past it, the SDK's parser does not
+        return _error(None, PARSE_ERROR, f"Parse error: the message starts with a byte order mark (EF BB BF), which "
+                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one.")  # fmt: skip
     try:
         message = json.loads(raw)
     except RecursionError:
@@ -59,6 +63,8 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     known = given if _is_id(given) else None
     if (size := _oversized(message)) is not None:
         return _too_large(known, size)
+    if (wrong := _not_a_message(message)) is not None:
+        return _error(known, INVALID_REQUEST, f"Invalid Request: {wrong}. Send {_SHAPE}.")
     if "method" in message and "id" in message and known is None:  # the SDK reads it as a notification
         return _error(None, INVALID_REQUEST, f"Invalid Request: the id {json.dumps(given)[:40]} is not a string or "
                       "an integer, so no answer could name it (MCP allows no null id). Send the request again with a "
@@ -74,6 +80,22 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     method = message.get("method")
     if known is not None and isinstance(method, str) and _handshake_era(message, version):  # 2026's: the SDK's
         return _invalid_params(known, method, message.get("params"), version or LATEST_HANDSHAKE_VERSION)
+    return None
+
+
+def _not_a_message(message: dict[str, Any]) -> str | None:
+    """What keeps an object from being a JSON-RPC 2.0 message, said, or None: the SDK answered each such object with
+    pydantic's report of 4-7 validation errors of a union of four types, links to pydantic's site among them."""
+    if (version := message.get("jsonrpc")) != "2.0":
+        return (
+            f'"jsonrpc" must be "2.0", not {json.dumps(version)[:40]}'
+            if "jsonrpc" in message
+            else '"jsonrpc" is missing'
+        )
+    if "method" in message and not isinstance(message["method"], str):
+        return f'"method" must be a string naming the method (tools/call...), not {json.dumps(message["method"])[:40]}'
+    if "method" not in message and "result" not in message and "error" not in message:
+        return 'it has no "method" (a request or a notification), nor a "result" or an "error" (a response)'
     return None
 
 
