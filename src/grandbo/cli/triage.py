@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 import typer
 
-from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, app
+from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, app, read_bytes
 from grandbo.cli.options import SeverityOption
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
@@ -20,7 +20,7 @@ def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> lis
             raise InvalidInputError("Give an alert: a JSON file, or --summary 'what fired, in a sentence'.", detail={})
         return [flags]
     if source:
-        return [alert for alert in adapters.parse(source, path.read_bytes()) if alert.status == "firing"]
+        return [alert for alert in adapters.parse(source, read_bytes(path)) if alert.status == "firing"]
     data = _read_json(path, _ALERT_FILE)
     if not isinstance(data, dict):
         raise InvalidInputError(f"{path} must hold one JSON object (an alert).", detail={"path": str(path)})

@@ -1,16 +1,46 @@
 """Bad tool arguments said as an agent can act on them: one sentence naming the argument and what to send,
 read from the tool's own input schema, instead of the SDK's pydantic report (type codes, links, the value
-echoed back)."""
+echoed back). `checked` runs the SDK's own check of a call's arguments on a worker thread, before the SDK runs it
+again on the event loop, so arguments it refuses never reach the loop."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import ValidationError
+
+from grandbo.mcp.envelope import MAX_VALUES, values_at_least
 
 SHOWN = 5  # names of arguments no tool takes that a refusal lists at most
 NAME_SHOWN = 60  # characters of such a name (or of an unknown tool's) it shows at most
+
+
+def checked(tool: str, schema: Mapping[str, Any], metadata: FuncMetadata, arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments of a call of `tool` as it takes them (a null for an argument that takes none means "left out"),
+    checked as the SDK checks them (`metadata`, the tool's); raises ToolError with one sentence when it refuses them.
+    Called on a worker thread: the SDK checks them on the event loop every organization shares, where a refused
+    1 MiB list (or a JSON text of one in a string, which the SDK parses first) held it 200-480 ms (probe 27)."""
+    if (extra := unknown_arguments(tool, schema, arguments)) is not None:
+        raise ToolError(extra)
+    arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}
+    fields = metadata.arg_model.model_fields
+    for name, value in arguments.items():  # the SDK parses a string sent for an argument of another type as JSON
+        if isinstance(value, str) and fields[name].annotation is not str and values_at_least(value) > MAX_VALUES:
+            said = f"`{name}` got a JSON text of over {MAX_VALUES:,} values: send {_wanted(schema['properties'][name])}"
+            raise ToolError(f"{tool} was not called: {said}.")
+    try:
+        metadata.validate_arguments(arguments)
+    except ValidationError as error:
+        raise ToolError(invalid_arguments(tool, schema, error)) from error
+    return arguments
+
+
+def _nullable(schema: Mapping[str, Any], name: str) -> bool:
+    field = (schema.get("properties") or {}).get(name) or {}
+    return any(option.get("type") == "null" for option in field.get("anyOf", []))
 
 
 def unknown_arguments(tool: str, schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> str | None:
@@ -76,6 +106,8 @@ def _wanted(field: Mapping[str, Any]) -> str:
 
 
 def _shown(value: object) -> str:
+    if isinstance(value, list | dict) and len(value) > 20:  # said by its size, its repr never made (80 ms for 1 MiB)
+        return f"a list of {len(value):,} items" if isinstance(value, list) else f"an object of {len(value):,} members"
     text = repr(value)
     return text if len(text) <= 40 else f"{type(value).__name__} of {len(text)} characters"
 

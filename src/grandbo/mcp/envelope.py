@@ -4,10 +4,14 @@ read as a notification (HTTP 202, empty), its call never run; the client waited 
 error saying what to send instead (probe 20b). A request whose params its method does not take got -32602
 "Invalid request parameters" with `data: ""`, and an MCP-Protocol-Version header of no version this server speaks a
 message about `params._meta` (the SDK took it for a 2026 request): both now say what is wrong and what to send.
-Both transports ask `refusal` before the SDK reads the message."""
+Both transports ask `refusal` before the SDK reads the message. A message of more values than any request takes
+(`MAX_VALUES`), or nested deeper (`MAX_DEPTH`), is refused there too, on a worker thread for a large body: the SDK
+parses and checks a message on the event loop every organization's requests share, and one 1 MiB list or object
+held it 200-480 ms, once for each message a key sent (probe 27)."""
 
 from __future__ import annotations
 
+import codecs
 import json
 from typing import Any
 
@@ -23,6 +27,9 @@ from grandbo.errors import InvalidInputError
 from grandbo.ratelimit import LARGE_REQUEST_BYTES
 
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600  # JSON-RPC 2.0's codes
+# A tool call's arguments hold a few hundred values at most (an incident's 100 symptoms, 100 alerts, 50 services),
+# an initialize a few dozen, and none nests deeper than a handful: these bounds are far past what any client sends
+MAX_VALUES, MAX_DEPTH = 10_000, 64
 
 _SHAPE = "one JSON-RPC message: a JSON object with jsonrpc, id (a string or an integer), method and params"
 SUPPORTED_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)  # the SDK's, both eras
@@ -35,6 +42,11 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     """The JSON-RPC error answering `raw`, one message as received, when the SDK would answer it with nothing or
     with no word of what to send; None for a message to hand on. `version`: its MCP-Protocol-Version header (HTTP).
     Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
+    if values_at_least(raw) > MAX_VALUES:  # refused unparsed: parsing holds the GIL, so the event loop, throughout
+        return _too_large(None, f"holds more than {MAX_VALUES:,} values")
+    if raw[:3] == codecs.BOM_UTF8 or raw[:1] == "\ufeff":  # Python reads past it, the SDK's parser does not
+        return _error(None, PARSE_ERROR, f"Parse error: the message starts with a byte order mark (EF BB BF), which "
+                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one.")  # fmt: skip
     try:
         message = json.loads(raw)
     except RecursionError:
@@ -49,6 +61,10 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
                       f"Send {_SHAPE}.")  # fmt: skip
     given = message.get("id")
     known = given if _is_id(given) else None
+    if (size := _oversized(message)) is not None:
+        return _too_large(known, size)
+    if (wrong := _not_a_message(message)) is not None:
+        return _error(known, INVALID_REQUEST, f"Invalid Request: {wrong}. Send {_SHAPE}.")
     if "method" in message and "id" in message and known is None:  # the SDK reads it as a notification
         return _error(None, INVALID_REQUEST, f"Invalid Request: the id {json.dumps(given)[:40]} is not a string or "
                       "an integer, so no answer could name it (MCP allows no null id). Send the request again with a "
@@ -64,6 +80,57 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     method = message.get("method")
     if known is not None and isinstance(method, str) and _handshake_era(message, version):  # 2026's: the SDK's
         return _invalid_params(known, method, message.get("params"), version or LATEST_HANDSHAKE_VERSION)
+    return None
+
+
+def _not_a_message(message: dict[str, Any]) -> str | None:
+    """What keeps an object from being a JSON-RPC 2.0 message, said, or None: the SDK answered each such object with
+    pydantic's report of 4-7 validation errors of a union of four types, links to pydantic's site among them."""
+    if (version := message.get("jsonrpc")) != "2.0":
+        return (
+            f'"jsonrpc" must be "2.0", not {json.dumps(version)[:40]}'
+            if "jsonrpc" in message
+            else '"jsonrpc" is missing'
+        )
+    if "method" in message and not isinstance(message["method"], str):
+        return f'"method" must be a string naming the method (tools/call...), not {json.dumps(message["method"])[:40]}'
+    if "method" not in message and "result" not in message and "error" not in message:
+        return 'it has no "method" (a request or a notification), nor a "result" or an "error" (a response)'
+    return None
+
+
+def values_at_least(text: bytes | str) -> int:
+    """A lower bound of the count of values (a member's name counted as one) of the JSON text, found without parsing
+    it: the most of its strings, of its arrays and objects, and of its commas and one. Parsing a text of many small
+    values (a 1 MiB list) takes 40-150 ms and holds the GIL throughout, on a worker thread too; this takes under 2."""
+    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    bare = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escapes gone, each quote left opens or closes a string
+    strings = bare.count(b'"') // 2
+    if strings > MAX_VALUES:
+        return strings
+    outside = b"".join(bare.split(b'"')[::2])  # what no string holds
+    return max(strings, outside.count(b"[") + outside.count(b"{"), outside.count(b",") + 1)
+
+
+def _too_large(message_id: str | int | None, size: str) -> dict[str, Any]:
+    return _error(message_id, INVALID_REQUEST, f"Invalid Request: the message {size}, more than any request of this "
+                  f"server takes (at most {MAX_VALUES:,} values, nested {MAX_DEPTH} deep). Send each argument as its "
+                  "tool's input schema has it (tools/list).")  # fmt: skip
+
+
+def _oversized(message: dict[str, Any]) -> str | None:
+    """What makes `message` too large a structure to hand on (its count of values or its depth, said), or None.
+    Each member of an object counts as its name and its value."""
+    count, stack = 0, [(message, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            return f"nests values more than {MAX_DEPTH} deep"
+        members = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+        count += 1 + (len(value) if isinstance(value, dict) else 0)
+        if count > MAX_VALUES:
+            return f"holds more than {MAX_VALUES:,} values"
+        stack.extend((member, depth + 1) for member in members)
     return None
 
 

@@ -15,12 +15,15 @@ from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Annotated, Any
 
+import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.tools import Tool
+from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, Icon, InputRequiredResult, TextContent, ToolAnnotations
 from mcp_types import Tool as MCPTool
-from pydantic import BaseModel, BeforeValidator, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, Field
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from grandbo import __version__
@@ -43,7 +46,7 @@ from grandbo.mcp.answers import (
     Recalled,
     recalled_text,
 )
-from grandbo.mcp.arguments import invalid_arguments, unknown_arguments, unknown_tool
+from grandbo.mcp.arguments import checked, unknown_tool
 from grandbo.mcp.envelope import screened
 from grandbo.mcp.incident_tools import register_incident_tools
 from grandbo.mcp.parameters import (
@@ -84,9 +87,11 @@ INSTRUCTIONS = (
 class ToolServer(MCPServer[Any]):
     """The SDK's server, whose refused arguments (of every tool, here once) read as one sentence naming the
     argument and what to send (`mcp/arguments.py`), not pydantic's report; an argument no tool takes is
-    refused so too (the SDK crashed on it); a null for an argument that takes none means "left out".
+    refused so too (the SDK crashed on it); a null for an argument that takes none means "left out". They are
+    checked on a worker thread (`arguments.checked`), not on the event loop.
     It keeps what it needs of its tools itself, through the SDK's public methods: the key scope each needs (from
-    its annotations, as registered) and the tools whose schema says one of two arguments is required."""
+    its annotations, as registered), its arguments' check, and the tools whose schema says one of two arguments is
+    required."""
 
     _schemas: dict[str, dict[str, Any]] | None = None
 
@@ -100,6 +105,7 @@ class ToolServer(MCPServer[Any]):
         root.setLevel(level)
         self.scopes: dict[str, KeyScope] = {}  # every tool's name, in the order registered: the scope it needs
         self.either: dict[str, tuple[str, ...]] = {}  # a tool: the arguments one of which it requires
+        self.checks: dict[str, FuncMetadata] = {}  # a tool: its arguments' check, the SDK's own
 
     def add_tool(
         self,
@@ -113,8 +119,9 @@ class ToolServer(MCPServer[Any]):
         structured_output: bool | None = None,
     ) -> None:
         super().add_tool(fn, name, title, description, annotations, icons, meta, structured_output)
-        read_only = annotations is not None and annotations.read_only_hint
-        self.scopes[name or fn.__name__] = KeyScope.READ if read_only else KeyScope.WRITE
+        read_only, named = annotations is not None and annotations.read_only_hint, name or fn.__name__
+        self.scopes[named] = KeyScope.READ if read_only else KeyScope.WRITE
+        self.checks[named] = Tool.from_function(fn, name=named, structured_output=structured_output).fn_metadata
 
     async def get_prompt(self, name: str, arguments: Any = None, context: Any = None) -> Any:
         """None is offered: -32602 in one sentence (the SDK raised, and logged, a ValueError for every name)."""
@@ -137,21 +144,8 @@ class ToolServer(MCPServer[Any]):
         schema = self._schemas.get(name)
         if schema is None:
             raise ToolError(unknown_tool(name))
-        if (extra := unknown_arguments(name, schema, arguments)) is not None:
-            raise ToolError(extra)
-        arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}  # null: left out
-        try:
-            return await super().call_tool(name, arguments, context)
-        except ToolError as error:
-            cause = error.__cause__
-            if not isinstance(cause, ValidationError) or type(error) is not ToolError:
-                raise
-            raise ToolError(invalid_arguments(name, schema, cause)) from cause
-
-
-def _nullable(schema: dict[str, Any], name: str) -> bool:
-    field = (schema.get("properties") or {}).get(name) or {}
-    return any(option.get("type") == "null" for option in field.get("anyOf", []))
+        arguments = await anyio.to_thread.run_sync(checked, name, schema, self.checks[name], arguments)
+        return await super().call_tool(name, arguments, context)
 
 
 def tool_error(error: GrandboError) -> str:

@@ -14,13 +14,14 @@ from __future__ import annotations
 import codecs
 import contextlib
 import hashlib
+import itertools
 import json
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from pydantic_core import to_json
 
@@ -41,6 +42,9 @@ if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
 
 BATCH = 2_000
+# A line of `grandbo import` holds at most this: an entry's body (200,000 characters, 6 bytes each as \u escapes),
+# its meta (64 KiB) and a vector of 4,096 numbers come to under 2 MiB
+MAX_LINE_BYTES = 8 << 20
 
 
 @dataclass
@@ -183,14 +187,15 @@ def import_file(
     with its number and reason. Lines already in the store (an earlier, interrupted run) are skipped, so a
     rerun resumes. `progress(lines_done, lines_total)` is called after each batch."""
     with path.open("rb") as handle:
-        if b'"format":"grandbo-event-log"' in handle.readline()[:200]:
+        lines = _lines(path, handle)
+        first = next(lines, b"")
+        if b'"format":"grandbo-event-log"' in first[:200]:
             raise ImportFormatError(
                 f"{path} is a whole-organization event log (`grandbo export`): replay it into an empty organization "
                 "with `grandbo import-events FILE --org NEW`. `grandbo import` takes entries, one a line.",
                 detail={"path": str(path)},
             )
-        handle.seek(0)
-        good, problems = read_jsonl(handle)
+        good, problems = read_jsonl(itertools.chain([first], lines))  # read on, not again: a pipe has no seek
     report = ImportReport(lines=len(good) + len(problems))
     for number, message in problems:
         report.refuse(number, message)
@@ -216,6 +221,20 @@ def import_file(
 
 
 Line = tuple[int, NewEntry, Any]
+
+
+def _lines(path: Path, handle: BinaryIO) -> Iterator[bytes]:
+    """The file's lines, each read up to MAX_LINE_BYTES: a longer one refuses the file before anything is stored.
+    Lines were read whole: `grandbo import /dev/zero` (or a file of one endless line) took 5 GB in 30 s and went on."""
+    for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
+        if len(line) > MAX_LINE_BYTES:
+            raise ImportFormatError(
+                f"{path}: line {number} is over {MAX_LINE_BYTES >> 20} MiB, far more than an entry's line holds (its "
+                "body, meta and vector at their limits): nothing was imported. Is it the file you meant? Split the "
+                "line into entries, one a line, or cut it.",
+                detail={"path": str(path), "line": number, "limit_bytes": MAX_LINE_BYTES},
+            )
+        yield line
 
 
 def _masked(memory: OrgMemory, lines: Sequence[Line], report: ImportReport) -> list[Line]:
