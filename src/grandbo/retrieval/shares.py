@@ -57,5 +57,5 @@ class TermShares(Mapping[str, float]):
 def frozen_counts(frozen: tuple[npt.NDArray[np.integer[Any]], ...], row: int) -> dict[int, int]:
     """A restored row's term counts by term id, from the image's doc-major arrays (indptr, term ids, counts)."""
     indptr, terms, counts = frozen
-    start, end = int(indptr[row]), int(indptr[row + 1])
+    start, end = indptr[row : row + 2].tolist()  # one slice made Python ints: two numpy scalars cost more than the dict
     return dict(zip(terms[start:end].tolist(), counts[start:end].tolist(), strict=True))
