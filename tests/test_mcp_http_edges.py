@@ -365,9 +365,16 @@ def test_grandbo_mcp_fed_a_pipe_answers_every_request_before_it_exits(grandbo, k
         done = subprocess.run([sys.executable, "-m", "grandbo", "mcp"], input="\n".join(given) + "\n", env=env,
                               capture_output=True, text=True, timeout=120)  # fmt: skip
         assert done.returncode == 0 and done.stderr == "", done
-        return {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines())}
+        return {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines()) if "id" in answer}
 
     answers = run(lines)
     assert sorted(answers) == [0, 4], answers
     assert answers[4]["result"]["structuredContent"]["memories"][0]["id"] == "INC-044-F1", answers[4]
     assert sorted(run(piped))[:2] == [0, 4]  # 5, cancelled, may have been answered before its cancel was read
+    # a 2026-07-28 session: its listen stream is answered only as it closes (the client's disconnect ends it)
+    envelope = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+                          "io.modelcontextprotocol/clientCapabilities": {}}}  # fmt: skip
+    modern = [json.dumps(_call({**envelope, "notifications": {}}, 1, "subscriptions/listen")),
+              json.dumps(_call(envelope, 2, "tools/list"))]  # fmt: skip
+    assert run(modern)[2]["result"]["tools"]

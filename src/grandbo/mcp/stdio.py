@@ -127,12 +127,13 @@ class _Screened:
         await self._unanswered.none()
 
     def _note(self, line: str) -> None:
-        """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel)."""
+        """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel). A listen
+        stream is not counted: only the client's leaving ends it, so the end of stdin is not held for it."""
         try:
             message = jsonrpc_message_adapter.validate_json(line, by_name=False)
         except ValueError:
             return  # the SDK's reader drops it as well
-        if isinstance(message, JSONRPCRequest):
+        if isinstance(message, JSONRPCRequest) and message.method != "subscriptions/listen":
             self._unanswered.asked(message.id)
         elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
             cancelled = cancelled_request_id_from_params(message.params)
