@@ -17,7 +17,6 @@ from grandbo.tiers.effectiveness import Outcome, OutcomeKind, summarize
 from grandbo.tiers.ledger import incident_outcome_id
 from grandbo.tiers.operations import OUTCOMES, Snapshots
 from grandbo.tiers.records import read_record
-from grandbo.triage import changes
 from tests.plain_ledger import loaded  # noqa: F401  (a fixture)
 from tests.test_ledger_recall import RUNBOOKS, _edges
 from tests.test_ledger_tally import _fill
@@ -61,6 +60,15 @@ def _by_runbook(outcomes: list[Outcome]) -> dict[str, list[Outcome]]:
     return held
 
 
+def _by_incident(ledger: dict[str, list[Outcome]]) -> dict[str, list[Outcome]]:
+    """Incident id -> the outcomes reported for it, in the ledger's order (by runbook, then oldest first)."""
+    held: dict[str, list[Outcome]] = {}
+    for outcome in (outcome for outcomes in ledger.values() for outcome in outcomes):
+        if outcome.incident_id:
+            held.setdefault(outcome.incident_id, []).append(outcome)
+    return held
+
+
 def test_records_counted_by_the_store_are_those_of_every_outcome(grandbo, memory, loaded):  # noqa: F811
     _fill(grandbo.org("beta", create=True))  # another org's outcomes, of the same runbook ids, never counted
     _fill(memory)
@@ -101,7 +109,7 @@ def test_withdrawals_closes_and_an_incidents_outcomes_read_what_every_outcome_gi
         assert memory.ledger.results_of(incident_id, marker, also=also) == plainly
         assert len(plainly) == (2 if n == 1 else 1)  # one result per incident, and the one an earlier release wrote
     incidents = ["INC-CLOSE-0", "INC-CLOSE-1", "INC-HELD", "INC-LIVE", "INC-7", "INC-none"]
-    by_incident = changes.by_incident(ledger)
+    by_incident = _by_incident(ledger)
     assert memory.ledger.of_incidents(incidents) == {i: by_incident[i] for i in incidents if i in by_incident}
     assert len(memory.ledger.of_incidents(["INC-HELD"])["INC-HELD"]) > 10  # of many runbooks
     assert [o.runbook_id for o in memory.ledger.marked("RB-05", "vote on INC-9")] == ["RB-05", "RB-05"]

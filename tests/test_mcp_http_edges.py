@@ -10,6 +10,7 @@ import httpx
 import pytest
 
 from tests.serving import BOUND, serving
+from tests.test_webhooks import REDIS
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
 
@@ -240,8 +241,7 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
     env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["alpha"]}
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
-    # As an MCP client does, stdin stays open until the answers came: a client closing it asks the server to stop,
-    # and a request still running then may go unanswered (the SDK's session ends with its input).
+    # As an MCP client does, stdin stays open until the answers came (a pipe that closes: the test below)
     server = subprocess.Popen([sys.executable, "-m", "grandbo", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
     assert server.stdin is not None and server.stdout is not None
@@ -366,3 +366,40 @@ def test_an_object_that_is_no_json_rpc_message_is_told_what_to_send(grandbo, key
     assert answer.status_code == 400 and error["code"] == (-32700 if body[:1] == b"\xef" else -32600), answer.text
     assert said in error["message"] and "Send one JSON-RPC message: a JSON object" in error["message"], answer.text
     assert "validation error" not in answer.text.lower() and "pydantic" not in answer.text
+
+
+def test_grandbo_mcp_fed_a_pipe_answers_every_request_before_it_exits(grandbo, keys, settings):
+    """`printf '<initialize>\\n<initialized>\\n<tools/call>\\n' | grandbo mcp` ended at its input's end with the
+    last call still running, cancelled by the SDK as its input ended: the call got no answer at all. Every request
+    read is answered, in full, before the server exits 0; one the client cancelled is not waited for (it gets none)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["alpha"]}
+    if settings.database_url:
+        env["GRANDBO_DATABASE_URL"] = settings.database_url
+    grandbo.org("alpha").remember(REDIS)
+    lines = [STDIO_LINES[0], STDIO_LINES[1], json.dumps(_call({"name": "query_org_memory",
+             "arguments": {"topic": "redis connection resets while keys are evicted", "k": 3}}, 4))]  # fmt: skip
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 5}}
+    piped = [*lines, json.dumps(_call({}, 5, "tools/list")), json.dumps(cancel)]
+
+    def run(given):  # type: ignore[no-untyped-def]
+        done = subprocess.run([sys.executable, "-m", "grandbo", "mcp"], input="\n".join(given) + "\n", env=env,
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0 and done.stderr == "", done
+        return {answer["id"]: answer for answer in map(json.loads, done.stdout.splitlines()) if "id" in answer}
+
+    answers = run(lines)
+    assert sorted(answers) == [0, 4], answers
+    assert answers[4]["result"]["structuredContent"]["memories"][0]["id"] == "INC-044-F1", answers[4]
+    assert sorted(run(piped))[:2] == [0, 4]  # 5, cancelled, may have been answered before its cancel was read
+    # a 2026-07-28 session: its listen stream is answered only as it closes (the client's disconnect ends it)
+    envelope = {"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                          "io.modelcontextprotocol/clientInfo": {"name": "probe", "version": "1"},
+                          "io.modelcontextprotocol/clientCapabilities": {}}}  # fmt: skip
+    modern = [json.dumps(_call({**envelope, "notifications": {}}, 1, "subscriptions/listen")),
+              json.dumps(_call(envelope, 2, "tools/list"))]  # fmt: skip
+    assert run(modern)[2]["result"]["tools"]

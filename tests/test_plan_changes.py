@@ -53,8 +53,10 @@ def what_changed(
     def latest(service: str, kind: str, since: datetime, until: datetime, limit: int) -> list[Change]:
         return [c for c in between(since, until, [service]) if c.kind.value == kind][::-1][:limit]
 
+    reported = outcomes or {}  # by incident, as `Ledger.of_incidents` gives them
     return changes.what_changed(service, T, WINDOW, topology=TOPOLOGY, recent=recent, incidents=incidents,
-                                outcomes=lambda _: changes.by_incident(outcomes or {}), between=between, latest=latest, policy=POLICY)  # fmt: skip
+                                outcomes=lambda ids: {i: reported[i] for i in ids if i in reported}, between=between,
+                                latest=latest, policy=POLICY)  # fmt: skip
 
 
 def test_the_upstream_change_6_minutes_before_beats_an_unrelated_one_5_minutes_before():
@@ -125,10 +127,8 @@ def test_what_followed_earlier_changes_of_the_same_kind_is_told_and_cited():
         changes.PastIncident("INC-074", "payments down", ("payments-gateway",), T - timedelta(days=1) + timedelta(minutes=9), False),
         changes.PastIncident("INC-090", "search slow", ("search",), T - timedelta(days=2) + timedelta(minutes=5), False),
     ]  # fmt: skip
-    outcomes = {"RB-ROLLBACK": [
-        Outcome(org_id="acme", runbook_id="RB-ROLLBACK", kind=OutcomeKind.SUCCEEDED, incident_id=i, at=T)
-        for i in ("INC-038", "INC-074")
-    ]}  # fmt: skip
+    outcomes = {i: [Outcome(org_id="acme", runbook_id="RB-ROLLBACK", kind=OutcomeKind.SUCCEEDED, incident_id=i, at=T)]
+                for i in ("INC-038", "INC-074")}  # fmt: skip
     found = what_changed([*earlier, change("pg-v2.14", "payments-gateway", 6)], [alert("a-checkout", "checkout-api", 0)],
                          incidents=incidents, outcomes=outcomes)  # fmt: skip
     record = found.changes[0].record

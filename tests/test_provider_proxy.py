@@ -115,3 +115,24 @@ def test_a_proxy_named_with_credentials_is_sent_them(tmp_path, proxy, monkeypatc
         _embed_one(tmp_path, fake)
     assert proxy.relayed == [f"{fake.url}/embeddings"]
     assert proxy.credentials == ["Basic " + base64.b64encode(b"al@ice:s3cr:t").decode()]
+
+
+@pytest.mark.parametrize("bypassed", [False, True], ids=["proxied", "NO_PROXY"])
+def test_bedrock_is_called_through_the_environments_proxy(tmp_path, proxy, monkeypatch, bypassed):
+    """boto3 signs Bedrock's requests and `grandbo.bedrock.Runtime`'s httpx client sends them, through the same
+    transport as the other providers: the environment's proxy, NO_PROXY too (botocore's `Config(proxies=...)`
+    would be unused: botocore sends nothing itself)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")  # boto3 signs the requests with them
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    if bypassed:
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    with FakeEmbeddings(dimension=256) as fake:
+        settings = Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=fake.url,
+                            bedrock_dimension=256)  # fmt: skip
+        provider = get_provider("bedrock", settings)
+        try:
+            assert len(provider.embed(["checkout-api pool exhausted"])[0]) == 256
+        finally:
+            provider.close()
+    invoked = f"{fake.url}/model/amazon.titan-embed-text-v2%3A0/invoke"
+    assert proxy.relayed == ([] if bypassed else [invoked]) and len(fake.behaviour.requests) == 1

@@ -2,41 +2,113 @@
 line it could not read (not JSON, a batch, a lone surrogate) into an exception its session only logged, and a
 request with a null id into a notification: nothing went back and the agent waited for ever. Such a line is
 answered here with its JSON-RPC error, through the SDK's own writer (one writer: frames never interleave), as is
-a request before the session's initialize (the SDK's answer named neither the cause nor the remedy)."""
+a request before the session's initialize (the SDK's answer named neither the cause nor the remedy).
+
+The end of stdin is held back from the SDK until every request read has been answered: its session cancels the
+requests still running when its input ends, so `printf '...' | grandbo mcp` lost the answer to its last call."""
 
 from __future__ import annotations
 
 import sys
+from collections import Counter
 from collections.abc import AsyncIterator
+from types import TracebackType
 from typing import Any, cast
 
 import anyio
 from mcp.server.mcpserver import MCPServer
 from mcp.server.stdio import stdio_server
+from mcp.shared.dispatcher import coerce_request_id
+from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
-from mcp_types import jsonrpc_message_adapter
+from mcp_types import (
+    JSONRPCError,
+    JSONRPCNotification,
+    JSONRPCRequest,
+    JSONRPCResponse,
+    RequestId,
+    jsonrpc_message_adapter,
+)
 
 from grandbo.mcp.envelope import refusal, uninitialized
 
 
 async def serve(server: MCPServer[Any]) -> None:
-    """Run `server` over stdin and stdout until stdin ends (what `MCPServer.run("stdio")` does, lines screened)."""
-    lines = _Screened()
+    """Run `server` over stdin and stdout until stdin ends and every request read from it is answered (what
+    `MCPServer.run("stdio")` does, lines screened, none left unanswered at the end of input)."""
+    unanswered = _Unanswered()
+    lines = _Screened(unanswered)
     # stdin is ours to read (the SDK then leaves fd 0 as it is; no tool reads it); stdout is the SDK's, diverted
     async with stdio_server(stdin=cast(Any, lines)) as (read_stream, write_stream):
         lines.answers = write_stream
         lines.ready.set()
         lowlevel = server._lowlevel_server
-        await lowlevel.run(read_stream, write_stream, lowlevel.create_initialization_options())
+        answering = cast(Any, _Answering(write_stream, unanswered))
+        await lowlevel.run(read_stream, answering, lowlevel.create_initialization_options())
+
+
+class _Unanswered:
+    """The requests handed to the SDK and not answered yet, by id (as the SDK keys them: "7" is 7)."""
+
+    def __init__(self) -> None:
+        self._ids: Counter[RequestId] = Counter()
+        self._none = anyio.Event()
+        self._none.set()
+
+    def asked(self, request_id: RequestId) -> None:
+        if not self._ids:
+            self._none = anyio.Event()
+        self._ids[coerce_request_id(request_id)] += 1
+
+    def settled(self, request_id: RequestId) -> None:
+        """`request_id` was answered, or cancelled by the client (then the SDK sends nothing for it)."""
+        key = coerce_request_id(request_id)
+        if self._ids[key] > 1:
+            self._ids[key] -= 1
+            return
+        self._ids.pop(key, None)
+        if not self._ids:
+            self._none.set()
+
+    async def none(self) -> None:
+        await self._none.wait()
+
+
+class _Answering:
+    """The SDK's write stream, telling `unanswered` of each answer once it is handed to the writer."""
+
+    def __init__(self, stream: Any, unanswered: _Unanswered) -> None:
+        self._stream = stream
+        self._unanswered = unanswered
+
+    async def send(self, item: SessionMessage, /) -> None:
+        await self._stream.send(item)
+        message = item.message
+        if isinstance(message, JSONRPCResponse | JSONRPCError) and message.id is not None:
+            self._unanswered.settled(message.id)
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+    async def __aenter__(self) -> _Answering:
+        await self._stream.__aenter__()
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> bool | None:
+        return cast(bool | None, await self._stream.__aexit__(kind, error, trace))
 
 
 class _Screened:
-    """The lines of stdin as the SDK's reader iterates them, less those `refusal` answers (answered here)."""
+    """The lines of stdin as the SDK's reader iterates them, less those `refusal` answers (answered here), ending
+    once stdin has and the requests handed on are all answered."""
 
-    def __init__(self) -> None:
+    def __init__(self, unanswered: _Unanswered) -> None:
         self.ready = anyio.Event()
         self.answers: Any = None  # the SDK's write stream, once it is open
         self.initialized = False  # an initialize went through (`uninitialized` answers a request before it)
+        self._unanswered = unanswered
 
     async def __aiter__(self) -> AsyncIterator[str]:
         async for raw in anyio.wrap_file(sys.stdin.buffer):
@@ -47,7 +119,23 @@ class _Screened:
             if answer is None and not self.initialized:
                 answer, self.initialized = uninitialized(line)
             if answer is None:
+                self._note(line)
                 yield line
                 continue
             await self.ready.wait()
             await self.answers.send(SessionMessage(jsonrpc_message_adapter.validate_python(answer)))
+        await self._unanswered.none()
+
+    def _note(self, line: str) -> None:
+        """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel). A listen
+        stream is not counted: only the client's leaving ends it, so the end of stdin is not held for it."""
+        try:
+            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
+        except ValueError:
+            return  # the SDK's reader drops it as well
+        if isinstance(message, JSONRPCRequest) and message.method != "subscriptions/listen":
+            self._unanswered.asked(message.id)
+        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
+            cancelled = cancelled_request_id_from_params(message.params)
+            if cancelled is not None:
+                self._unanswered.settled(cancelled)

@@ -259,9 +259,9 @@ class Ledger:
         return named == outcome.runbook_id or bool(self._snapshot().source.counted([named])[named].outcomes)
 
     def of_incidents(self, incident_ids: Sequence[str]) -> dict[str, list[Outcome]]:
-        """The outcomes reported for each of these incidents, as `triage.changes.by_incident` orders the snapshot's
-        ledger: by runbook (the one of the oldest outcome first), then oldest first. Those of each incident picked by
-        the store, and the times of their runbooks' outcomes counted there, not the org's every outcome read whole."""
+        """The outcomes reported for each of these incidents (triage's change records), ordered as the ledger is: by
+        runbook (the one of the oldest outcome first), then oldest first. Those of each incident picked by the store,
+        and the times of their runbooks' outcomes counted there, not the org's every outcome read whole."""
         found = {incident_id: self._read(self._matching({("incident_id",): incident_id}))
                  for incident_id in dict.fromkeys(incident_ids)}  # fmt: skip
         runbooks = sorted({outcome.runbook_id for held in found.values() for _, outcome in held})

@@ -205,16 +205,6 @@ def record(
     )  # fmt: skip
 
 
-def by_incident(outcomes: Mapping[str, Sequence[Outcome]]) -> dict[str, list[Outcome]]:
-    """The ledger's outcomes (by runbook) by the incident they were reported for."""
-    out: dict[str, list[Outcome]] = {}
-    for lines in outcomes.values():
-        for outcome in lines:
-            if outcome.incident_id:
-                out.setdefault(outcome.incident_id, []).append(outcome)
-    return out
-
-
 def origin(
     service: str | None, path: Mapping[str, int], firsts: Mapping[str, Seen], changes: Sequence[PlanChange],
     policy: ChangePolicy,
@@ -267,7 +257,8 @@ def related(
 Between = Callable[[datetime, datetime, list[str]], list[Change]]
 # The latest changes (at most `limit`) of one service and kind within [since, until], newest first (`Changes.find`).
 Latest = Callable[[str, str, datetime, datetime, int], list[Change]]
-# The outcomes reported for some incidents, by incident, each's as `by_incident` orders them (`Ledger.of_incidents`).
+# The outcomes reported for some incidents, by incident (`Ledger.of_incidents`): each's by runbook (that of the oldest
+# outcome first), then oldest first, the order in which a change record lists the runbooks used.
 Outcomes = Callable[[list[str]], Mapping[str, Sequence[Outcome]]]
 
 
