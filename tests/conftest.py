@@ -16,6 +16,8 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.devtools.postgres import LocalPostgres
+from grandbo.embeddings.cache import CachedProvider
+from grandbo.embeddings.local import LocalProvider
 from grandbo.embeddings.prepare import is_prepared
 from grandbo.logs import configure as configure_logs
 from grandbo.memory import OrgMemory
@@ -45,6 +47,26 @@ def model_dir() -> Path:
     if not is_prepared(path):
         pytest.fail(f"the local model is not prepared in {path}: run `make setup` (grandbo models prepare)")
     return path
+
+
+@pytest.fixture(scope="session")
+def embedding_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder for `embeddings.db`, the evaluations' document-embedding cache, shared by the session's workers:
+    a text the real model embedded once is not embedded again by another module (the shipped set's 93 memories
+    took 10-25 s of the two cores in each of four modules). Query embeddings are never cached."""
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "embedding-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def local_model(model_dir: Path, embedding_cache: Path) -> Iterator[CachedProvider]:
+    """The real local model, loaded once a worker, its document vectors kept in `embedding_cache` (the provider
+    to hand `Grandbo.init`, which leaves it open)."""
+    provider = CachedProvider(LocalProvider(model_dir), embedding_cache / "embeddings.db")
+    yield provider
+    provider.close()
 
 
 @pytest.fixture(autouse=True)

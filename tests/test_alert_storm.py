@@ -87,14 +87,14 @@ def _hold_alert_thread(grandbo: Grandbo, org: str, gate: threading.Event) -> Non
 
 def test_a_delivery_past_the_orgs_alert_backlog_is_refused_429_before_it_is_stored_and_stored_once_resent(tmp_path):
     gate = threading.Event()
-    with _served(tmp_path, ("acme", "beta"), alert_org_backlog=1000) as (grandbo, _, clients):
+    with _served(tmp_path, ("acme", "beta"), alert_org_backlog=500) as (grandbo, _, clients):
         acme, beta = clients["acme"], clients["beta"]
-        _hold_alert_thread(grandbo, "acme", gate)  # acme's triage waits: 1 place of its 1,000 held
-        first = _post(acme, _alertmanager("a", 500))
-        second = _post(acme, _alertmanager("b", 499))  # 1,000 places: acme's backlog is full
+        _hold_alert_thread(grandbo, "acme", gate)  # acme's triage waits: 1 place of its 500 held
+        first = _post(acme, _alertmanager("a", 250))
+        second = _post(acme, _alertmanager("b", 249))  # 500 places (the least it may be): acme's backlog is full
         refused = _post(acme, _alertmanager("c", 11))  # 11 alerts more: past it, whole
         small = _post(acme, _alertmanager("d", 3))  # triaged before its answer: not the backlog's
-        other = _post(beta, _alertmanager("e", 500))  # another organization goes on
+        other = _post(beta, _alertmanager("e", 250))  # another organization goes on
         stored_while_full = len(grandbo.org("acme").alerts.recent(5000))
         held = grandbo.pools.alerts.stats()  # type: ignore[union-attr]
         gate.set()
@@ -109,12 +109,12 @@ def test_a_delivery_past_the_orgs_alert_backlog_is_refused_429_before_it_is_stor
     assert error["type"] == "org_over_share" and "GRANDBO_ALERT_ORG_BACKLOG" in error["remedy"]
     assert int(refused.headers["Retry-After"]) >= 1
     assert error["detail"]["retry_after_s"] == int(refused.headers["Retry-After"]) and error["detail"]["units"] == 11
-    assert stored_while_full == 500 + 499 + 3  # nothing of the refused delivery was stored
+    assert stored_while_full == 250 + 249 + 3  # nothing of the refused delivery was stored
     assert {a["state"] for a in small.json()["alerts"]} == {"recalled"}
-    assert held.by_org["acme"] == (1, 999) and held.peak_org_held == 1000  # counted in alerts: never past it
+    assert held.by_org["acme"] == (1, 499) and held.peak_org_held == 500  # counted in alerts: never past it
     assert (resent.status_code, resent.json()["new"]) == (202, 11)
     assert (again.status_code, again.json()["new"]) == (200, 0)
-    assert len(kept) == 500 + 499 + 3 + 11 and {a.state for a in kept} == {"recalled"}  # each once, each triaged
+    assert len(kept) == 250 + 249 + 3 + 11 and {a.state for a in kept} == {"recalled"}  # each once, each triaged
 
 
 def test_another_orgs_alerts_are_triaged_in_turn_with_a_storms_not_behind_its_backlog(tmp_path):

@@ -194,7 +194,7 @@ def _write_alerts(path: Path, count: int) -> None:
                 "createdAt": at,
                 "priority": "P3",
                 "report": {"ackTime": 60000, "closeTime": 600000, "closedBy": "ops@acme-shop.example"},
-                "description": "Usage grew after log rotation failed; " + "details " * 30,
+                "description": "Usage grew after log rotation failed; " + "details " * 100,
                 "notes": [{"note": "cleared old logs " * 5, "owner": "ops@acme-shop.example", "createdAt": at}],
             }
             out.write(("," if n else "") + json.dumps(alert))
@@ -205,13 +205,16 @@ def _peak(path: Path) -> tuple[int, int]:
     return read_and_peak(READER, path)
 
 
-def test_a_10000_alert_export_is_read_one_alert_at_a_time(tmp_path):
-    small, large = tmp_path / "1000.json", tmp_path / "10000.json"
-    _write_alerts(small, 1_000)
-    _write_alerts(large, 10_000)
+def test_a_5000_alert_export_is_read_one_alert_at_a_time(tmp_path):
+    small, large = tmp_path / "500.json", tmp_path / "5000.json"
+    _write_alerts(small, 500)
+    _write_alerts(large, 5_000)
     (small_count, small_peak), (large_count, large_peak) = _peak(small), _peak(large)
-    assert (small_count, large_count) == (1_000, 10_000)
+    assert (small_count, large_count) == (500, 5_000)
     size = large.stat().st_size
     assert size > 6_000_000
-    assert large_peak < small_peak * 1.25, (small_peak, large_peak)  # flat: ten times the alerts, not more memory
+    # Flat: ten times the alerts, not more memory. The peak is a fixed ~0.5 MB (3% apart from 500 to 10,000 alerts,
+    # measured 2026-12); an eighth of it over 4,500 more alerts is 14 bytes an alert, less than any object a reader
+    # could keep of each (an int kept per alert fails it; the bound was a quarter over 9,000 more, 18 bytes).
+    assert large_peak < small_peak * 1.125, (small_peak, large_peak)
     assert large_peak < size / 5, (large_peak, size)

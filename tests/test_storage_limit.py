@@ -119,8 +119,8 @@ def test_past_the_limit_a_write_is_refused_whole_and_other_orgs_write_on(setting
         other.remember_many(entries(20, size=50))  # another org has its own limit
         assert other.stats().total == 20
 
-        # Purging frees room: the refused batch fits again.
-        for n in range(0, 200):
+        # Purging frees room: the refused batch fits again (40 of the 200 written free twice the room it needs).
+        for n in range(0, 40):
             memory.purge(f"E{n}", reason="making room", actor="alice")
         assert memory.stats().stored_bytes < stats.stored_bytes
         memory.remember_many(entries(20, start=written, size=50))

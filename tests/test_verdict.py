@@ -16,10 +16,10 @@ from grandbo.service import Grandbo
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory, model_dir):
+def shipped(tmp_path_factory, model_dir, local_model):
     settings = Settings(home=tmp_path_factory.mktemp("verdict"), local_model_dir=model_dir)
     dataset = beir.load(shipped_set(), "dev+test")
-    with Grandbo.init(settings, embedding="local") as grandbo:
+    with Grandbo.init(settings, embedding="local", provider=local_model) as grandbo:
         memory = grandbo.org("quillroute", create=True)
         load_corpus(memory, dataset, lambda _: None)
         yield memory, reference_time(dataset)
