@@ -1,8 +1,8 @@
 """`grandbo bench tenants`' warm and random-org phases for two code trees in alternating rounds over one seeded
 store, so that a shared, noisy machine weighs both alike: each round starts P `grandbo serve` processes of one
-tree (its `src` first on PYTHONPATH), recalls every org once (untimed, as the bench does), then runs the warm and
-the random phase, and prints one JSON line with both p50/p95, their ratio, the servers' CPU per request (which
-hardly moves with what else runs) and the load average before and after.
+tree (its `src` first on PYTHONPATH), recalls every org once on every server (untimed, as the bench does), then
+runs the warm and the random phase, and prints one JSON line with both p50/p95, their ratio, the servers' CPU per
+request (which hardly moves with what else runs) and the load average before and after.
 
     PYTHONPATH=src python benchmarks/tenants_ab.py --rounds 2 main=/work/main/src branch=src
         [--orgs 200] [--entries 2000] [--clients 16] [--seconds 20] [--processes 2] [--home DIR]

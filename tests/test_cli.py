@@ -388,6 +388,7 @@ def test_bench_tenants_drives_two_servers_over_many_orgs_and_prints_one_json_lin
             "small_org_embed_lag_s", "errors", "error_kinds", "reconnects"}  # fmt: skip
     assert keys <= set(figures)
     assert figures["orgs"] == 2 and figures["processes"] == 2 and figures["errors"] == 0
+    assert figures["prepared"] == 4  # each org recalled on each server before timing, as a running service has
     assert figures["error_kinds"] == {}
     assert figures["recalls"] > 0 and figures["random_p95_ms"] >= figures["random_p50_ms"] > 0
     assert figures["small_org_embed_lag_s"] is not None

@@ -151,9 +151,13 @@ def verify_key(
     # authenticates acts for, and no other (`grandbo.incarnation`).
     number = incarnation() if incarnation is not None else None
     # The org's generation, read before the key: a record kept is trusted only while it is the newest this
-    # process has seen, so a dropped org's key never authenticates a successor of the same name.
-    generation = documents.stamp([])[0] if verified.seconds > 0 else None
-    doc = documents.get(KEYS, key.split(".")[2])
+    # process has seen, so a dropped org's key never authenticates a successor of the same name. The two in one
+    # transaction on Postgres (`OrgDocuments.reading`; each still sees what was committed before it): a request
+    # for an org whose key this process has not verified within GRANDBO_KEY_CACHE_SECONDS (most, with many orgs
+    # served at random) made three transactions before its route's own reads.
+    with documents.reading():
+        generation = documents.stamp([])[0] if verified.seconds > 0 else None
+        doc = documents.get(KEYS, key.split(".")[2])
     record = None
     try:
         record = _read_key(doc if doc is not None else _NO_KEY)
