@@ -53,7 +53,9 @@ class _Started:
     wal_after: bool | None = None
 
 
-def _start_serve(home: Path, settings: dict[str, str], options: list[str], last: str, *, answered: bool = False):  # type: ignore[no-untyped-def]
+def _start_serve(
+    home: Path, settings: dict[str, str], options: list[str], last: str, *, answered: bool = False
+) -> _Started:
     """A fresh `grandbo serve` in `home` with only the GRANDBO_ `settings` given (and the tests' sync setting)."""
     import os
     import signal
