@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import secrets
@@ -82,6 +83,18 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[N
     monkeypatch.setenv("GRANDBO_SQLITE_SYNCHRONOUS", "NORMAL")
     yield
     configure_logs()  # a CLI run inside a test reconfigures logging for the whole process: back to the default
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _cli_built_once() -> Iterator[None]:
+    """typer's CliRunner builds the click command tree of `grandbo` from its commands' signatures at every
+    invoke (0.1 s of CPU, most of a short command's run); `grandbo` itself builds it once a process, and so do
+    the tests now. The tree is the one `grandbo` runs: only when it is built changes."""
+    import typer.testing
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(typer.testing, "_get_command", functools.cache(typer.testing._get_command))
+        yield
 
 
 @pytest.fixture

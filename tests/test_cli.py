@@ -4,6 +4,7 @@ import codecs
 import json
 import re
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -39,48 +40,107 @@ def test_serve_on_a_fresh_home_says_to_init_in_one_line_and_creates_nothing(tmp_
     assert not (home / "grandbo.db").exists()
 
 
-def _serve_start_lines(env: dict[str, str], options: list[str], last: str) -> list[str]:
-    """What a fresh `grandbo serve` (deterministic embeddings, in GRANDBO_HOME of `env`) writes to stderr up to the
-    line starting with `last`, said before uvicorn serves; the server is then stopped."""
+@dataclass
+class _Started:
+    """What a `grandbo serve` (deterministic embeddings) wrote to stderr up to the line starting with `last`,
+    said before uvicorn serves; the server is then sent SIGTERM. With `answered`, it is sent SIGTERM only once it
+    answered /healthz, and the rest is filled in: whether the store's write-ahead log was there while it served,
+    its exit status, and whether the log is there after it."""
+
+    lines: list[str]
+    wal_while_serving: bool | None = None
+    status: int | None = None
+    wal_after: bool | None = None
+
+
+def _start_serve(
+    home: Path, settings: dict[str, str], options: list[str], last: str, *, answered: bool = False
+) -> _Started:
+    """A fresh `grandbo serve` in `home` with only the GRANDBO_ `settings` given (and the tests' sync setting)."""
+    import os
+    import signal
     import subprocess
     import sys
+    import threading
 
-    with Grandbo.init(Settings(home=Path(env["GRANDBO_HOME"])), embedding="deterministic"):  # as `grandbo init`
+    import httpx
+
+    from tests.serving import until
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_") or k == "GRANDBO_LOCAL_MODEL_DIR"}
+    env |= {"GRANDBO_HOME": str(home), "GRANDBO_SQLITE_SYNCHRONOUS": "NORMAL", **settings}
+    with Grandbo.init(Settings(home=home), embedding="deterministic"):  # as `grandbo init`
         pass  # in this process: a second interpreter's start for each server, saved
     with socket.create_server(("127.0.0.1", 0)) as probe:
         free = str(probe.getsockname()[1])
     server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", *options, "--port", free], env=env,
                               stderr=subprocess.PIPE, text=True)  # fmt: skip
-    lines = []
+    started = _Started([])
     try:
         assert server.stderr is not None
         for line in server.stderr:
-            lines.append(line)
+            started.lines.append(line)
             if line.startswith(last):
                 break
+        if answered:
+            threading.Thread(target=server.stderr.read, daemon=True).start()  # its request lines, never read
+
+            def up() -> bool:
+                if server.poll() is not None:
+                    pytest.fail(f"grandbo serve exited with status {server.returncode}")
+                try:
+                    return httpx.get(f"http://127.0.0.1:{free}/healthz").status_code == 200
+                except httpx.TransportError:
+                    return False
+
+            until(up, "grandbo serve answered /healthz")
+            started.wal_while_serving = (home / "grandbo.db-wal").exists()
     finally:
-        server.terminate()
-        server.wait(timeout=60)
-    return lines
+        server.send_signal(signal.SIGTERM)
+        started.status = server.wait(timeout=60)
+    started.wal_after = (home / "grandbo.db-wal").exists()
+    return started
 
 
 @pytest.fixture(scope="module")
-def served_by_default(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
-    """What `grandbo serve` with no setting but its home writes to stderr up to "grandbo serving": one start,
-    shared by the tests that only read it (the environment `_isolated_env` gives each test)."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_") or k == "GRANDBO_LOCAL_MODEL_DIR"}
-    env |= {"GRANDBO_HOME": str(tmp_path_factory.mktemp("serve") / "home"), "GRANDBO_SQLITE_SYNCHRONOUS": "NORMAL"}
-    return _serve_start_lines(env, [], "grandbo serving")
+def served_by_default(tmp_path_factory: pytest.TempPathFactory) -> _Started:
+    """`grandbo serve` with no setting but its home, answering until SIGTERM: one start, shared by the tests that
+    only read what it said and did (the environment `_isolated_env` gives each test)."""
+    return _start_serve(tmp_path_factory.mktemp("serve") / "home", {}, [], "grandbo serving", answered=True)
 
 
-def test_serve_without_a_worker_says_who_embeds(tmp_path):
+@pytest.fixture(scope="module")
+def served_quiet_without_worker(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """`grandbo serve --no-worker` with GRANDBO_LOG_LEVEL=ERROR, up to its --no-worker line: what it says is
+    printed, not logged, so the level hides none of it."""
+    home = tmp_path_factory.mktemp("quiet") / "home"
+    return _start_serve(home, {"GRANDBO_LOG_LEVEL": "ERROR"}, ["--no-worker"], "--no-worker").lines
+
+
+@pytest.fixture(scope="module")
+def served_plain_unfrozen(tmp_path_factory: pytest.TempPathFactory) -> list[str]:
+    """`grandbo serve` with GRANDBO_LOG_JSON=false and GRANDBO_GC_YOUNG_OBJECTS=0, up to "grandbo serving"."""
+    home = tmp_path_factory.mktemp("plain") / "home"
+    settings = {"GRANDBO_LOG_JSON": "false", "GRANDBO_GC_YOUNG_OBJECTS": "0"}
+    return _start_serve(home, settings, [], "grandbo serving").lines
+
+
+def _logged(lines: list[str], event: str) -> list[dict[str, object]]:
+    """The fields of each line logging `event`, whether logged as JSON or as a console line (`key=value`)."""
+    found = []
+    for line in lines:
+        if line.lstrip().startswith("{"):
+            if json.loads(line).get("event") == event:
+                found.append(json.loads(line))
+        elif f" {event} " in line:
+            found.append({key: json.loads(value) for key, value in re.findall(r"(\w+)=(\S+)", line)})
+    return found
+
+
+def test_serve_without_a_worker_says_who_embeds(served_quiet_without_worker):
     """`--no-worker` leaves embedding to `grandbo worker` processes: without one, memories stay pending, and
     the server says so when it starts rather than only in /readyz's outbox depth."""
-    import os
-
-    lines = _serve_start_lines({**os.environ, "GRANDBO_HOME": str(tmp_path / "home")}, ["--no-worker"], "--no-worker")
+    lines = served_quiet_without_worker
     assert any(line.startswith("grandbo serving") for line in lines), lines
     assert "run `grandbo worker` against the same store" in lines[-1]
 
@@ -90,41 +150,32 @@ def test_serve_logs_its_index_memory_bound_and_where_it_came_from(served_by_defa
     an operator need not work it out from /proc."""
     from grandbo.machine import cgroup_memory_limit, index_memory_default, physical_memory
 
-    lines = served_by_default
+    lines = served_by_default.lines
     bound = [json.loads(line) for line in lines if '"index.memory_bound"' in line]
     assert len(bound) == 1, lines
     assert (bound[0]["mb"], bound[0]["source"]) == index_memory_default(physical_memory(), cgroup_memory_limit())
     assert bound[0]["source"] != "GRANDBO_INDEX_MEMORY_MB"
 
 
-def test_serve_logs_as_the_logging_settings_say_when_they_are_set(tmp_path, served_by_default):
+def test_serve_logs_as_the_logging_settings_say_when_they_are_set(served_quiet_without_worker, served_plain_unfrozen,
+                                                                   served_by_default):  # fmt: skip
     """`grandbo serve` logged INFO JSON whatever GRANDBO_LOG_LEVEL and GRANDBO_LOG_JSON said: set, they apply."""
-    import os
-
-    base = {k: v for k, v in os.environ.items() if not k.startswith("GRANDBO_LOG_")}
-    quiet = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "a"), "GRANDBO_LOG_LEVEL": "ERROR"}, [],
-                               "grandbo serving")  # fmt: skip
-    assert quiet and all(line.startswith("grandbo serving") for line in quiet), quiet  # no log line before it
-    plain = _serve_start_lines({**base, "GRANDBO_HOME": str(tmp_path / "b"), "GRANDBO_LOG_JSON": "false"}, [],
-                               "grandbo serving")  # fmt: skip
+    quiet = served_quiet_without_worker  # no log line before "grandbo serving", nor after it
+    assert len(quiet) == 2 and quiet[0].startswith("grandbo serving") and quiet[1].startswith("--no-worker"), quiet
+    plain = served_plain_unfrozen
     bound = [line for line in plain if "index.memory_bound" in line]
     assert len(bound) == 1 and not bound[0].lstrip().startswith("{"), plain  # INFO still, as console lines
-    default = served_by_default  # neither set
+    default = served_by_default.lines  # neither set
     assert any(json.loads(line).get("event") == "index.memory_bound" for line in default if line.startswith("{"))
 
 
-@pytest.mark.parametrize(("setting", "young"), [(None, 10_000), ("0", 0)])
-def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(request, tmp_path, setting, young):
+@pytest.mark.parametrize(("served", "young"), [("served_by_default", 10_000), ("served_plain_unfrozen", 0)])
+def test_serve_moves_what_it_started_with_out_of_the_cycle_collectors_way(request, served, young):
     """Each full collection of a server holding a few hundred orgs' indexes stopped every request for about
-    250 ms: once started, the server freezes what it holds and collects young objects less often (0 opts out)."""
-    import os
-
-    if setting is None:
-        lines = request.getfixturevalue("served_by_default")
-    else:
-        env = {**os.environ, "GRANDBO_HOME": str(tmp_path), "GRANDBO_GC_YOUNG_OBJECTS": setting}
-        lines = _serve_start_lines(env, [], "grandbo serving")
-    (settled,) = [json.loads(line) for line in lines if '"heap.settled"' in line]
+    250 ms: once started, the server freezes what it holds and collects young objects less often
+    (GRANDBO_GC_YOUNG_OBJECTS=0 opts out)."""
+    fixture = request.getfixturevalue(served)
+    (settled,) = _logged(fixture.lines if isinstance(fixture, _Started) else fixture, "heap.settled")
     assert settled["young_objects"] == young
     assert (settled["frozen"] > 50_000) if young else (settled["frozen"] == 0)  # the modules, the app, the model
 
@@ -157,45 +208,16 @@ def test_a_sigterm_before_the_server_runs_stops_it_once_started():
     assert stop.signals == [signal.SIGTERM]
 
 
-def test_serve_closes_its_store_when_terminated(tmp_path):
+def test_serve_closes_its_store_when_terminated(served_by_default):
     """SIGTERM (what systemd, Docker and Kubernetes send) stops `grandbo serve` through its close: acknowledged
     write-behinds finished, the store closed (SQLite folds its write-ahead log in and removes it). uvicorn raises
     the signal again once it has stopped, and under the default action that ended the process before the close
     ran: the log file stayed. The exit status still says SIGTERM."""
-    import os
     import signal
-    import subprocess
-    import sys
 
-    import httpx
-
-    from tests.serving import until
-
-    home = tmp_path / "home"
-    env = {**os.environ, "GRANDBO_HOME": str(home)}
-    with Grandbo.init(Settings(home=Path(env["GRANDBO_HOME"])), embedding="deterministic"):  # as `grandbo init`
-        pass  # in this process: a second interpreter's start for each server, saved
-    with socket.create_server(("127.0.0.1", 0)) as probe:
-        free = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "grandbo", "serve", "--port", str(free)], env=env,
-                              stderr=subprocess.DEVNULL)  # fmt: skip
-
-    def up() -> bool:
-        if server.poll() is not None:
-            pytest.fail(f"grandbo serve exited with status {server.returncode}")
-        try:
-            return httpx.get(f"http://127.0.0.1:{free}/healthz").status_code == 200
-        except httpx.TransportError:
-            return False
-
-    try:
-        until(up, "grandbo serve answered /healthz")
-        assert (home / "grandbo.db-wal").exists()  # the store is open, in WAL mode
-    finally:
-        server.send_signal(signal.SIGTERM)
-        status = server.wait(timeout=60)
-    assert status == -signal.SIGTERM
-    assert not (home / "grandbo.db-wal").exists()
+    assert served_by_default.wal_while_serving  # the store was open, in WAL mode, when it answered /healthz
+    assert served_by_default.status == -signal.SIGTERM
+    assert served_by_default.wal_after is False
 
 
 def test_remember_recall_correct_retire_show(cli):

@@ -30,7 +30,7 @@ def _files(folder):  # type: ignore[no-untyped-def]
 def test_an_export_stopped_halfway_leaves_the_last_good_one_whole_and_nothing_beside_it(
     memory, tmp_path, monkeypatch, stop, whole_log
 ):
-    _fill(memory, 2_500)  # more than one chunk of vectors: the second read fails
+    _fill(memory, 1_001)  # more than one chunk of vectors (1000 a read): the second read fails
     path = tmp_path / "out" / "org.jsonl"
     export = memory.export_log if whole_log else memory.export_file
     export(path)

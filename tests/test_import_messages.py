@@ -12,7 +12,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from grandbo.cli import app
 from grandbo.errors import ImportFormatError
 from grandbo.history.importer import import_history
 from grandbo.history.record import HistoricIncident, Refusal
@@ -207,7 +209,7 @@ def test_an_import_stopped_by_ctrl_c_reports_what_it_filed_and_a_rerun_resumes(m
     assert len(memory.entries()) == 250  # each record once
 
 
-def test_ctrl_c_on_import_from_says_how_far_it_got_and_how_to_resume(settings, tmp_path):
+def test_ctrl_c_on_import_from_says_how_far_it_got_and_how_to_resume(settings, tmp_path, monkeypatch):
     # Was exit 130 and nothing at all on stdout or stderr.
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         grandbo.org("acme", create=True)
@@ -231,6 +233,10 @@ def test_ctrl_c_on_import_from_says_how_far_it_got_and_how_to_resume(settings, t
     assert 1000 <= done < 10_000 and f"(imported {done:,}, updated 0, unchanged 0, refused 0)" in said
     assert said.endswith("run the same command again to resume: the records already imported are found unchanged "
                          "and not written again")  # fmt: skip
-    rerun = subprocess.run([*command, "--dry-run", "--json"], env=env, capture_output=True, text=True, check=True)
+    monkeypatch.setenv("GRANDBO_HOME", str(settings.home))  # the rerun in this process (no signal to send it)
+    if settings.database_url:
+        monkeypatch.setenv("GRANDBO_DATABASE_URL", settings.database_url)
+    rerun = CliRunner().invoke(app, [*command[3:], "--dry-run", "--json"])
+    assert rerun.exit_code == 0, rerun.stderr
     report = json.loads(rerun.stdout)
     assert (report["imported"], report["unchanged"]) == (10_000 - done, done)  # what the line said holds

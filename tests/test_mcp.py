@@ -242,32 +242,31 @@ def test_grandbo_mcp_keeps_stderr_quiet_when_a_tool_call_is_refused(acme, settin
     assert errlog.read_text() == ""  # the SDK's "Tool ... failed" INFO line is not the user's console's business
 
 
-def test_grandbo_mcp_refuses_an_org_that_is_not_the_key_s(grandbo, acme, settings):
-    import subprocess
+def _mcp_cli(settings, monkeypatch, key: str, *args: str):  # type: ignore[no-untyped-def]
+    """`grandbo mcp ARGS` with GRANDBO_API_KEY `key`, run in this process through the CLI app as `python -m grandbo`
+    runs it, stdin empty: a refusal comes before the session would read it."""
+    from typer.testing import CliRunner
 
+    from grandbo.cli import app
+
+    monkeypatch.setenv("GRANDBO_HOME", str(settings.home))
+    monkeypatch.setenv("GRANDBO_API_KEY", key)
+    if settings.database_url:
+        monkeypatch.setenv("GRANDBO_DATABASE_URL", settings.database_url)
+    return CliRunner().invoke(app, ["mcp", *args], input="")
+
+
+def test_grandbo_mcp_refuses_an_org_that_is_not_the_key_s(grandbo, acme, settings, monkeypatch):
     _, key = acme.keys.create("read")
     grandbo.org("other", create=True)
-    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": key}
-    if settings.database_url:
-        env["GRANDBO_DATABASE_URL"] = settings.database_url
-    done = subprocess.run(
-        [sys.executable, "-m", "grandbo", "mcp", "--org", "other"], env=env, input="", capture_output=True,
-        text=True, timeout=60,
-    )  # fmt: skip
-    assert done.returncode == 2 and "a key of organization 'acme', but --org names 'other'" in done.stderr
+    done = _mcp_cli(settings, monkeypatch, key, "--org", "other")
+    assert done.exit_code == 2 and "a key of organization 'acme', but --org names 'other'" in done.stderr
     assert done.stdout == "" and "Traceback" not in done.stderr
 
 
-def test_grandbo_mcp_with_a_bad_key_names_the_variable_not_a_header(acme, settings):
-    import subprocess
-
-    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": "gbk.acme.0123456789ab.not-it"}
-    if settings.database_url:
-        env["GRANDBO_DATABASE_URL"] = settings.database_url
-    done = subprocess.run(
-        [sys.executable, "-m", "grandbo", "mcp"], env=env, input="", capture_output=True, text=True, timeout=60
-    )
-    assert done.returncode == 2 and "GRANDBO_API_KEY is not an active key" in done.stderr
+def test_grandbo_mcp_with_a_bad_key_names_the_variable_not_a_header(acme, settings, monkeypatch):
+    done = _mcp_cli(settings, monkeypatch, "gbk.acme.0123456789ab.not-it")
+    assert done.exit_code == 2 and "GRANDBO_API_KEY is not an active key" in done.stderr
     assert "Authorization" not in done.stderr and "Traceback" not in done.stderr
 
 
