@@ -184,8 +184,8 @@ def test_a_body_that_is_not_json_or_not_sent_as_json_says_so(served, keys):
         assert "body: must be a JSON object." in listed.json()["error"]["message"]
         deep = client.post("/v1/recall", content=b'{"topic": ' + b"[" * 50_000 + b"]" * 50_000 + b"}",
                            headers={"Content-Type": "application/json"})  # fmt: skip
-        assert_error(deep, 400, "bad_request")
-        assert "openapi" not in deep.json()["error"]["remedy"] and "nested" in deep.json()["error"]["remedy"]
+        assert_error(deep, 413, "payload_too_large")  # more values than a recall takes: refused before it is parsed
+        assert "holds at least 50,001 JSON values" in deep.json()["error"]["message"]
 
 
 @pytest.mark.parametrize(

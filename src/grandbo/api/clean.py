@@ -22,6 +22,7 @@ from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from grandbo.api.deps import verified
+from grandbo.api.value_bounds import oversized
 from grandbo.errors import (
     GrandboError,
     ImportRunningError,
@@ -295,7 +296,12 @@ class CleanInput:
                 break
         body = b"".join(parts)
         # A large one on a thread: the event loop goes on between its steps (its C steps hold the interpreter)
-        found = await run_in_threadpool(body_problem, body) if len(body) > LARGE_REQUEST_BYTES else body_problem(body)
+        large = len(body) > LARGE_REQUEST_BYTES
+        check = (scope["method"], scope["path"], body)
+        found = await run_in_threadpool(_body_refusal, *check) if large else _body_refusal(*check)
+        if isinstance(found, dict):
+            await JSONResponse(found, status_code=413)(scope, receive, send)
+            return
         if found is not None:
             await self._refused(found, scope, receive, send)
             return
@@ -310,6 +316,12 @@ class CleanInput:
         page = face_page(self.pages, scope["path"])
         refusal = _refuse(field, problem) if page is None else page(Request(scope), 422, _said(field, problem))
         await refusal(scope, receive, send)
+
+
+def _body_refusal(method: str, path: str, body: bytes) -> dict[str, Any] | tuple[str, str] | None:
+    """A body of more values than its route takes (`value_bounds`: its 413, before anything parses it), or what
+    in it no store can keep (`body_problem`), or None."""
+    return oversized(_as_utf8(body), method, path) or body_problem(body)
 
 
 async def _admitted(scope: Scope) -> tuple[Any, str] | Response:

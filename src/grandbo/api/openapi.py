@@ -77,7 +77,10 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
                 responses["409"] = _error("It changed meanwhile, or exists already: read it again and retry.")
             if "requestBody" in operation:
                 responses["400"] = _error("The body could not be parsed at all (JSON nested too deeply).")
-                responses["413"] = _error("The request body is over the limit (1 MiB; 4 MiB for webhooks).")
+                responses["413"] = _error(
+                    "The request body is over the limit (1 MiB; 4 MiB for webhooks), or holds more "
+                    "JSON values than the route takes (README), or nests them over 64 deep."
+                )
     for name in _UNUSED:
         spec["components"]["schemas"].pop(name, None)
     app.openapi_schema = spec

@@ -12,7 +12,8 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.func_metadata import FuncMetadata
 from pydantic import ValidationError
 
-from grandbo.mcp.envelope import MAX_VALUES, values_at_least
+from grandbo.jsontext import values_at_least
+from grandbo.mcp.envelope import MAX_VALUES
 
 SHOWN = 5  # names of arguments no tool takes that a refusal lists at most
 NAME_SHOWN = 60  # characters of such a name (or of an unknown tool's) it shows at most

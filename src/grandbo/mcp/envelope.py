@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from grandbo.errors import InvalidInputError
+from grandbo.jsontext import values_at_least
 from grandbo.ratelimit import LARGE_REQUEST_BYTES
 
 PARSE_ERROR, INVALID_REQUEST = -32700, -32600  # JSON-RPC 2.0's codes
@@ -97,19 +98,6 @@ def _not_a_message(message: dict[str, Any]) -> str | None:
     if "method" not in message and "result" not in message and "error" not in message:
         return 'it has no "method" (a request or a notification), nor a "result" or an "error" (a response)'
     return None
-
-
-def values_at_least(text: bytes | str) -> int:
-    """A lower bound of the count of values (a member's name counted as one) of the JSON text, found without parsing
-    it: the most of its strings, of its arrays and objects, and of its commas and one. Parsing a text of many small
-    values (a 1 MiB list) takes 40-150 ms and holds the GIL throughout, on a worker thread too; this takes under 2."""
-    raw = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
-    bare = raw.replace(b"\\\\", b"").replace(b'\\"', b"")  # escapes gone, each quote left opens or closes a string
-    strings = bare.count(b'"') // 2
-    if strings > MAX_VALUES:
-        return strings
-    outside = b"".join(bare.split(b'"')[::2])  # what no string holds
-    return max(strings, outside.count(b"[") + outside.count(b"{"), outside.count(b",") + 1)
 
 
 def _too_large(message_id: str | int | None, size: str) -> dict[str, Any]:
