@@ -21,13 +21,12 @@ def _sparse(path, size: int):  # type: ignore[no-untyped-def]
 
 
 def test_a_file_past_what_a_command_reads_is_refused_at_its_bound_not_read_whole(cli, tmp_path):
-    """Failed before: the import read the 9 MiB line whole and refused it as an entry it could not read; the catalog
+    """Failed before: the import read the 65 MiB line whole and refused it as an entry it could not read; the catalog
     and the alert were read whole (65 MiB) and refused as text they were not."""
-    line = _sparse(tmp_path / "one-line.jsonl", 9 << 20)
+    endless = _sparse(tmp_path / "one-line.jsonl", 65 << 20)
     whole = _sparse(tmp_path / "catalog.yaml", 65 << 20)
-    imported = cli("import", str(line), code=2)
-    assert "line 1 is over 8 MiB, far more than an entry's line holds" in imported.stderr, imported.stderr
-    assert "nothing was imported" in imported.stderr
+    imported = cli("import", str(endless), code=2)
+    assert "line 1 has no end within 64 MiB: nothing was imported" in imported.stderr, imported.stderr
     for args in (
         ["catalog", "import", str(whole)],
         ["triage", str(whole)],
@@ -36,6 +35,20 @@ def test_a_file_past_what_a_command_reads_is_refused_at_its_bound_not_read_whole
         refused = cli(*args, code=2)
         assert "holds more than 64 MiB, far more than this command reads" in refused.stderr, (args, refused.stderr)
     assert cli("stats", "--json").stdout.count('"total": 0') == 1  # nothing of the refused import was stored
+
+
+def test_a_line_past_what_an_entry_holds_is_refused_unread_and_the_others_are_imported(cli, tmp_path):
+    """A 9 MiB line (a log pasted into an entry) is refused as its line, read in pieces to its end and never whole,
+    and the lines around it are imported. Failed before: the line was read whole and parsed."""
+    path = tmp_path / "entries.jsonl"
+    with path.open("wb") as handle:
+        handle.write(b'{"title": "Eviction storm on redis-sessions", "kind": "finding"}\n{"title": "')
+        handle.write(b"x" * (9 << 20))
+        handle.write(b'"}\n{"title": "Second", "kind": "fact"}\n')
+    result = cli("import", str(path), code=1)
+    said = result.stdout + result.stderr
+    assert "imported 2 entries" in said and "line 2" in said and "is over 8 MiB" in said and "skipped unread" in said
+    assert cli("stats", "--json").stdout.count('"total": 2') == 1
 
 
 def test_grandbo_import_reads_a_named_pipe(cli, tmp_path):

@@ -45,6 +45,19 @@ BATCH = 2_000
 # A line of `grandbo import` holds at most this: an entry's body (200,000 characters, 6 bytes each as \u escapes),
 # its meta (64 KiB) and a vector of 4,096 numbers come to under 2 MiB
 MAX_LINE_BYTES = 8 << 20
+MAX_SKIP_BYTES = 64 << 20  # a longer line is skipped to its end; one with no end within this refuses the file
+
+
+class _Overlong:
+    """What `_lines` gives for a line past MAX_LINE_BYTES, skipped unread: `read_jsonl` refuses it as its line."""
+
+
+OVERLONG = _Overlong()
+_OVERLONG_PROBLEM = (
+    f"is over {MAX_LINE_BYTES >> 20} MiB, far more than an entry's line holds (a body of 200,000 characters, a meta "
+    "of 64 KiB and a vector of 4,096 numbers come to under 2 MiB): skipped unread. Split it into entries, one a line, "
+    "or cut what it holds."
+)
 
 
 @dataclass
@@ -127,7 +140,7 @@ def _parse(raw: bytes) -> tuple[NewEntry, Embedding | None]:
     return entry_from_record(record), embedding if isinstance(embedding, dict) else None
 
 
-def read_jsonl(lines: Iterable[bytes | str]) -> tuple[list[Parsed], list[tuple[int, str]]]:
+def read_jsonl(lines: Iterable[bytes | str | _Overlong]) -> tuple[list[Parsed], list[tuple[int, str]]]:
     """Parse every line; return the good entries with their line numbers (and vectors), and the problems.
 
     Every entry gets an id: its own, or one derived from its content (`content_id`). A line repeating an
@@ -137,6 +150,9 @@ def read_jsonl(lines: Iterable[bytes | str]) -> tuple[list[Parsed], list[tuple[i
     problems: list[tuple[int, str]] = []
     seen: dict[str, tuple[int, NewEntry]] = {}
     for number, raw in enumerate(lines, start=1):
+        if isinstance(raw, _Overlong):
+            problems.append((number, _OVERLONG_PROBLEM))
+            continue
         data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
         if number == 1:  # a UTF-8 byte order mark (Windows editors write one): the text starts after it
             data = data.removeprefix(codecs.BOM_UTF8)
@@ -189,7 +205,7 @@ def import_file(
     with path.open("rb") as handle:
         lines = _lines(path, handle)
         first = next(lines, b"")
-        if b'"format":"grandbo-event-log"' in first[:200]:
+        if isinstance(first, bytes) and b'"format":"grandbo-event-log"' in first[:200]:
             raise ImportFormatError(
                 f"{path} is a whole-organization event log (`grandbo export`): replay it into an empty organization "
                 "with `grandbo import-events FILE --org NEW`. `grandbo import` takes entries, one a line.",
@@ -223,18 +239,26 @@ def import_file(
 Line = tuple[int, NewEntry, Any]
 
 
-def _lines(path: Path, handle: BinaryIO) -> Iterator[bytes]:
-    """The file's lines, each read up to MAX_LINE_BYTES: a longer one refuses the file before anything is stored.
-    Lines were read whole: `grandbo import /dev/zero` (or a file of one endless line) took 5 GB in 30 s and went on."""
+def _lines(path: Path, handle: BinaryIO) -> Iterator[bytes | _Overlong]:
+    """The file's lines, each read up to MAX_LINE_BYTES; a longer one is skipped to its end in pieces and given as
+    OVERLONG (refused as its line), and one with no end within MAX_SKIP_BYTES refuses the file before anything is
+    stored. Lines were read whole: `grandbo import /dev/zero` (or a file of one endless line) took 5 GB in 30 s and
+    went on."""
     for number, line in enumerate(iter(lambda: handle.readline(MAX_LINE_BYTES + 1), b""), start=1):
-        if len(line) > MAX_LINE_BYTES:
-            raise ImportFormatError(
-                f"{path}: line {number} is over {MAX_LINE_BYTES >> 20} MiB, far more than an entry's line holds (its "
-                "body, meta and vector at their limits): nothing was imported. Is it the file you meant? Split the "
-                "line into entries, one a line, or cut it.",
-                detail={"path": str(path), "line": number, "limit_bytes": MAX_LINE_BYTES},
-            )
-        yield line
+        if len(line) <= MAX_LINE_BYTES or line.endswith(b"\n"):
+            yield line
+            continue
+        skipped = len(line)
+        while line and not line.endswith(b"\n"):
+            if skipped > MAX_SKIP_BYTES:
+                raise ImportFormatError(
+                    f"{path}: line {number} has no end within {MAX_SKIP_BYTES >> 20} MiB: nothing was imported. Is it "
+                    "the file you meant? An import takes entries, one JSON object a line.",
+                    detail={"path": str(path), "line": number, "limit_bytes": MAX_SKIP_BYTES},
+                )
+            line = handle.readline(MAX_LINE_BYTES)
+            skipped += len(line)
+        yield OVERLONG
 
 
 def _masked(memory: OrgMemory, lines: Sequence[Line], report: ImportReport) -> list[Line]:
