@@ -42,7 +42,9 @@ def test_watermarks_are_answered_again_until_another_connection_writes(settings:
         hits = memory.recall("the zanzibar quokka queue stalled again", 10, arm="lexical").hits
         assert [hit.entry.id for hit in hits][:1] == [written.id]
         mine = memory.remember(NewEntry(title="yellowstone marmot", body="the yellowstone marmot cache"), actor="t")
-        assert [hit.entry.id for hit in memory.recall("the yellowstone marmot cache went cold", 10, arm="lexical").hits][:1] == [mine.id]
+        assert [
+            hit.entry.id for hit in memory.recall("the yellowstone marmot cache went cold", 10, arm="lexical").hits
+        ][:1] == [mine.id]
 
 
 def test_a_new_index_caches_its_entries_ahead_and_a_later_write_is_still_what_recall_returns(
