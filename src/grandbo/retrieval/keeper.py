@@ -134,11 +134,12 @@ class IndexKeeper(MemoryBound):
                     index.documents_seq = marks.documents_seq
         if index is found:  # a later read than the one that made it: its vectors are fetched now, if it awaits them
             self._fetch_if_awaited(org_id, index)
-            self._precache_if_owed(org_id, index)
         # Asked on every read, not only after a refresh: rows applied while the org's last save was in flight
         # (not queued twice) are saved by a later read, so that the next process loads them from the image.
         self._save_if_due(org_id, index)
         self._account(org_id, index)
+        if index is found:  # queued once the bound has seen it: one it lets go is not cached ahead (`_precache`)
+            self._precache_if_owed(org_id, index)
         return index
 
     def _marks(self, org_id: str, seen: Callable[[int | None], None]) -> Marks:
@@ -374,28 +375,35 @@ class IndexKeeper(MemoryBound):
         index's marks (none once a refresh applied rows since: a write, a purge or an erasure uncaches what it
         changed only in what is cached when it applies), a chunk at a time, while the kept indexes stay within the
         bound (never letting another's caches go for it)."""
+        # Held weakly between chunks: an index the bound lets go meanwhile must not be kept alive here (`_evict`).
         with self._lock:
-            index = self._indexes.get(org_id)
-        if index is None:
+            kept = self._indexes.get(org_id)
+        if kept is None:
             return
+        held, limit = weakref.ref(kept), kept.ENTRY_PREFILL
+        del kept
         try:
             with self._feed.snapshot(org_id, vectors=False) as snapshot:
                 at = snapshot.marks
-                records = iter(snapshot.recent(0, index.ENTRY_PREFILL))
+                records = iter(snapshot.recent(0, limit))
                 while chunk := list(itertools.islice(records, self.PRECACHE_CHUNK)):
                     entries = entries_of(chunk)
+                    index = held()
+                    if index is None or not self._precaching(org_id, index, entries_size(entries.values())):
+                        return
                     with index.lock:
                         if (index.entry_seq, index.epoch, _space_of(index)) != (at.entry_seq, at.epoch, at.space):
                             return
-                        with self._lock:
-                            if self._indexes.get(org_id) is not index:
-                                return
-                            if self._total + entries_size(entries.values()) > self.max_bytes:
-                                return
                         index.cache_behind(entries)
                     self._account(org_id, index)
+                    del index
         except Exception as error:  # a cache: the reads read the entries instead
             log.warning("index.entries_not_precached", org_id=org_id, error=str(error)[:200])
+
+    def _precaching(self, org_id: str, index: OrgIndex, size: int) -> bool:
+        """Whether `index` is still the org's kept one, and `size` more bytes fit the bound."""
+        with self._lock:
+            return self._indexes.get(org_id) is index and self._total + size <= self.max_bytes
 
     def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
         if index.awaiting is None:
