@@ -68,6 +68,7 @@ class OrgIndex:
         # The space whose vectors this index, made without them, waits for (`IndexKeeper`): meanwhile the store
         # searches them. None once they are held (`space`), or where the index is not to hold any.
         self.awaiting: EmbeddingSpace | None = None
+        self.precache_owed = False  # made anew with its entries left to the reads: cached ahead (`IndexKeeper`)
         self._lexical = LexicalIndex()
         self._vector = VectorIndex(space.dimension if space else 1)
         self._row_of: dict[str, int] = {}
@@ -181,15 +182,18 @@ class OrgIndex:
         """Cache the entries of projection rows that a refresh just applied, newest first, so that recall
         returns and re-ranks recent memories without reading them again. A row that does not make a
         valid Entry is left out (and read, and reported, when someone asks for it)."""
-        fresh: dict[str, Entry] = {}
-        for record in records:
-            try:
-                entry = Entry.model_validate(record)
-            except ValueError as error:  # pydantic's ValidationError is a ValueError
-                log.warning("index.entry_not_cached", entry_id=record.get("id"), error=str(error)[:200])
-                continue
-            fresh[entry.id] = entry
-        self.cache_entries(dict(reversed(fresh.items())))  # oldest first: the newest are the last evicted
+        self.cache_entries(dict(reversed(entries_of(records).items())))  # oldest first: the newest are the last evicted
+
+    def cache_behind(self, entries: dict[str, Entry]) -> None:
+        """Cache `entries` (newest first) behind those cached, as the first to go, where not cached already and
+        while the cache has room: read ahead of any recall (`IndexKeeper._precache`), not by one."""
+        for entry_id, entry in entries.items():
+            if len(self._entries) >= self.ENTRY_CACHE:
+                return
+            if entry_id not in self._entries:
+                self._entries[entry_id] = entry
+                self._entries.move_to_end(entry_id, last=False)
+                self._entry_bytes += _entry_size(entry)
 
     def upsert_rows(self, rows: Iterable[IndexRow]) -> int:
         """Apply projection rows read in seq order; return how many."""
@@ -365,6 +369,24 @@ def _aligned(offset: int) -> int:
     the image, an array at an offset that is not a multiple of its item size is misaligned, and numpy computes
     a product over a misaligned matrix in its own loop rather than through BLAS (3 times slower measured)."""
     return -(-offset // 64) * 64
+
+
+def entries_of(records: Iterable[Mapping[str, Any]]) -> dict[str, Entry]:
+    """The entries of projection rows, in their order; a row that does not make a valid Entry is left out."""
+    found: dict[str, Entry] = {}
+    for record in records:
+        try:
+            entry = Entry.model_validate(record)
+        except ValueError as error:  # pydantic's ValidationError is a ValueError
+            log.warning("index.entry_not_cached", entry_id=record.get("id"), error=str(error)[:200])
+            continue
+        found[entry.id] = entry
+    return found
+
+
+def entries_size(entries: Iterable[Entry]) -> int:
+    """About what `entries` take cached."""
+    return sum(_entry_size(entry) for entry in entries)
 
 
 def _entry_size(entry: Entry) -> int:

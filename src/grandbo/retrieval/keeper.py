@@ -11,6 +11,7 @@ for its entries.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import weakref
 import zipfile
@@ -23,7 +24,7 @@ import structlog
 from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
 from grandbo.retrieval.bound import MemoryBound
-from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, vectors_at
+from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, entries_of, entries_size, vectors_at
 from grandbo.retrieval.org_locks import OrgLocks
 from grandbo.retrieval.quiet import Quiet
 
@@ -60,6 +61,7 @@ class IndexKeeper(MemoryBound):
     # After a purge, an org's image is saved again once no purge came for this long: a purge deletes it under the
     # store's write lock (at 20,000 entries every org waited 120-230 ms), and a purge loop kept the save thread busy.
     PURGE_QUIET_SECONDS = 10.0
+    PRECACHE_CHUNK = 500  # entries `_precache` reads and caches at once (the index's lock held for one chunk)
 
     def __init__(
         self, feed: IndexFeed, *, max_bytes: int = 1 << 30, seen: Callable[[str, int | None], None] | None = None,
@@ -136,6 +138,8 @@ class IndexKeeper(MemoryBound):
         # (not queued twice) are saved by a later read, so that the next process loads them from the image.
         self._save_if_due(org_id, index)
         self._account(org_id, index)
+        if index is found:  # queued once the bound has seen it: one it lets go is not cached ahead (`_precache`)
+            self._precache_if_owed(org_id, index)
         return index
 
     def _marks(self, org_id: str, seen: Callable[[int | None], None]) -> Marks:
@@ -223,6 +227,7 @@ class IndexKeeper(MemoryBound):
             index = index or OrgIndex(space)
             index.epoch, index.language = marks.epoch, marks.language
             index.awaiting = marks.space if lazy else None
+            index.precache_owed = marks.entry_seq > 0
             self.counts["built" if index.entry_seq == 0 else "loaded"] += 1
             self._remade(org_id)
             if self._seen is not None:
@@ -355,6 +360,50 @@ class IndexKeeper(MemoryBound):
             with self._lock:
                 self._saving.discard(org_id)
                 self._leaving.pop(org_id, None)
+
+    def _precache_if_owed(self, org_id: str, index: OrgIndex) -> None:
+        if not index.precache_owed:
+            return
+        index.precache_owed = False
+        with self._lock:
+            if not self._fetches_closed:
+                self._fetcher.submit(self._precache, org_id)  # its name: the bound may let the index go meanwhile
+
+    def _precache(self, org_id: str) -> None:
+        """Cache a new index's entries (it leaves them to the reads, `_apply`), the newest first, on the fetch thread
+        after a later read, so that a topic asked first reads none of its entries: from one snapshot at the
+        index's marks (none once a refresh applied rows since: a write, a purge or an erasure uncaches what it
+        changed only in what is cached when it applies), a chunk at a time, while the kept indexes stay within the
+        bound (never letting another's caches go for it)."""
+        # Held weakly between chunks: an index the bound lets go meanwhile must not be kept alive here (`_evict`).
+        with self._lock:
+            kept = self._indexes.get(org_id)
+        if kept is None:
+            return
+        held, limit = weakref.ref(kept), kept.ENTRY_PREFILL
+        del kept
+        try:
+            with self._feed.snapshot(org_id, vectors=False) as snapshot:
+                at = snapshot.marks
+                records = iter(snapshot.recent(0, limit))
+                while chunk := list(itertools.islice(records, self.PRECACHE_CHUNK)):
+                    entries = entries_of(chunk)
+                    index = held()
+                    if index is None or not self._precaching(org_id, index, entries_size(entries.values())):
+                        return
+                    with index.lock:
+                        if (index.entry_seq, index.epoch, _space_of(index)) != (at.entry_seq, at.epoch, at.space):
+                            return
+                        index.cache_behind(entries)
+                    self._account(org_id, index)
+                    del index
+        except Exception as error:  # a cache: the reads read the entries instead
+            log.warning("index.entries_not_precached", org_id=org_id, error=str(error)[:200])
+
+    def _precaching(self, org_id: str, index: OrgIndex, size: int) -> bool:
+        """Whether `index` is still the org's kept one, and `size` more bytes fit the bound."""
+        with self._lock:
+            return self._indexes.get(org_id) is index and self._total + size <= self.max_bytes
 
     def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
         if index.awaiting is None:

@@ -93,6 +93,7 @@ class LexicalIndex:
         # Rows restored from a stored image (`restore`) keep their term counts in doc-major arrays (indptr,
         # term ids, counts) instead of a dict per row; a row's dict is made only when it is asked for.
         self._frozen: tuple[npt.NDArray[np.integer[Any]], ...] | None = None
+        self._held_bytes: tuple[int, Segment, Segment, int] | None = None  # `nbytes`: (version, main, tail, bytes)
 
     @classmethod
     def restore(cls, image: LexicalImage) -> LexicalIndex:
@@ -153,18 +154,21 @@ class LexicalIndex:
         return image, np.flatnonzero(active)
 
     def nbytes(self) -> int:
-        """About what the index takes in memory: its arrays, and the dicts of its terms and rows' counts."""
+        """About what the index takes in memory: its arrays, and the dicts of its terms and rows' counts.
+
+        Asked at every recall (`IndexKeeper._account`): the structure's part is summed again only once a write or
+        a compaction changed it, the caches' part (which reads fill) is two products."""
+        held = self._held_bytes
+        if held is None or held[0] != self._version or held[1] is not self._main or held[2] is not self._tail:
+            held = self._held_bytes = (self._version, self._main, self._tail, self._structure_bytes())
+        return held[3] + self._cached_postings * 12 + len(self._dense) * self._n_docs * 8
+
+    def _structure_bytes(self) -> int:
         arrays: list[npt.NDArray[Any]] = [self._df, self._doc_len, self._active, *(self._frozen or ())]
         arrays += [part for s in (self._main, self._tail) for part in (s.indptr, s.rows, s.tfs)]
         postings = len(self._main.rows) + len(self._tail.rows) - (len(self._frozen[1]) if self._frozen else 0)
-        cached = self._cached_postings * 12 + len(self._dense) * self._n_docs * 8
-        return (
-            int(sum(a.nbytes for a in arrays))
-            + 100 * len(self._vocab)
-            + 8 * len(self._terms)
-            + 70 * max(postings, 0)
-            + cached
-        )
+        terms = 100 * len(self._vocab) + 8 * len(self._terms)
+        return int(sum(a.nbytes for a in arrays)) + terms + 70 * max(postings, 0)
 
     def _counts(self, row: int) -> dict[int, int] | None:
         """A document's term counts by term id (None once retired)."""

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
+from typing import Any
 
 import structlog
 
@@ -36,6 +37,16 @@ log = structlog.get_logger(__name__)
 
 WRITE_POLL_S = 0.002  # how often a write waiting for another process's write lock asks for it again
 OLDEST_SQLITE = (3, 38, 0)  # JSON's `->` and `->>` operators (an outcome's check, migration 33)
+
+
+class Reader(sqlite3.Connection):
+    """A pooled reader connection (`query_only`), with what it read of the orgs' watermarks at the file's
+    `data_version` it saw last (`Feed.marks`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.data_version: int | None = None
+        self.marks: dict[str, tuple[Any, ...]] = {}
 
 
 class Connection:
@@ -97,7 +108,7 @@ class Connection:
                                         detail={"path": str(path)}) from error  # fmt: skip
         self._lock = TurnLock()  # writers of several orgs waiting take turns (`turns.py`)
         self._claim_after: str | None = None  # the embed claim's round-robin cursor (`store.queue`)
-        self._readers: SimpleQueue[sqlite3.Connection] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
+        self._readers: SimpleQueue[Reader] = SimpleQueue()  # `_reading`'s and `snapshot`'s connections
         self._pinned = threading.local()  # the reader of this thread's `consistent_read`, if any
         self._trace: Callable[[str], object] | None = None  # `trace`
         self._image_lock = threading.Lock()
@@ -266,7 +277,7 @@ class Connection:
             yield db
 
     @contextmanager
-    def _pooled_reader(self) -> Iterator[sqlite3.Connection]:
+    def _pooled_reader(self) -> Iterator[Reader]:
         """A reader connection from the pool, back in it after; one whose read an error cut short is closed instead
         (a statement left open holds its old snapshot, and the next read on it would miss later writes)."""
         db = self._reader()
@@ -277,11 +288,11 @@ class Connection:
             raise
         self._readers.put(db)
 
-    def _reader(self) -> sqlite3.Connection:
+    def _reader(self) -> Reader:
         try:
             reader = self._readers.get_nowait()
         except Empty:
-            reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, factory=Reader)
             reader.row_factory = sqlite3.Row
             # mmap: an index image (megabytes over overflow pages) is read from the page cache without a read call
             # per page.

@@ -4,8 +4,9 @@ above the store, and the index images it saves."""
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -14,7 +15,7 @@ from grandbo.model import EmbeddingSpace, Status, utcnow
 from grandbo.ports import IndexRow, Marks, StoredIndex
 from grandbo.store import fence, projection
 from grandbo.store.base import stored_index
-from grandbo.store.sqlite.connection import Connection
+from grandbo.store.sqlite.connection import Connection, Reader
 from grandbo.store.sqlite.dialect import BEGIN_WRITE, REPLACE, vector_of
 from grandbo.store.sqlite.entries import READ_COLUMNS, row_from_db
 
@@ -33,9 +34,11 @@ _MARKS = (
 
 
 def _marks(db: sqlite3.Connection, org_id: str, hold: Callable[[int | None], None]) -> Marks:
-    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation, newest = db.execute(
-        _MARKS, (org_id,) * 6
-    ).fetchone()
+    return _marks_of(db.execute(_MARKS, (org_id,) * 6).fetchone(), hold)
+
+
+def _marks_of(row: Sequence[Any], hold: Callable[[int | None], None]) -> Marks:
+    entry_seq, vector_seq, documents_seq, epoch, provider, model, dimension, language, incarnation, newest = row
     hold(newest)  # every recall reads them: a process a newer release left behind answers none
     space = EmbeddingSpace(provider=provider, model=model, dimension=int(dimension)) if provider else None
     return Marks(entry_seq, vector_seq, documents_seq, epoch, space, language, incarnation)
@@ -43,8 +46,20 @@ def _marks(db: sqlite3.Connection, org_id: str, hold: Callable[[int | None], Non
 
 class Feed(Connection):
     def marks(self, org_id: str) -> Marks:
+        """The org's watermarks. Every recall asks: on a pooled reader, those it read last are answered again while
+        the file's `data_version` has not moved, which it does when any other connection commits (the store's own
+        writer, `save_index`'s, another process's: SQLite checks the shared WAL index), and a reader writes nothing
+        itself. Inside a transaction (a write, `consistent_read`) they are read."""
         with self._reading() as db:
-            return _marks(db, org_id, self._hold)
+            if not isinstance(db, Reader) or db.in_transaction:
+                return _marks(db, org_id, self._hold)
+            version = db.execute("PRAGMA data_version").fetchone()[0]
+            if version != db.data_version:
+                db.data_version, db.marks = version, {}
+            row = db.marks.get(org_id)
+            if row is None:
+                row = db.marks[org_id] = tuple(db.execute(_MARKS, (org_id,) * 6).fetchone())
+            return _marks_of(row, self._hold)
 
     @contextmanager
     def snapshot(self, org_id: str, *, vectors: bool = True, image: bool = False) -> Iterator[_Snapshot]:
