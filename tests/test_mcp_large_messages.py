@@ -110,3 +110,20 @@ def test_the_values_counted_unparsed_are_never_more_than_the_message_holds(value
     text = json.dumps(value)
     assert 1 <= values_at_least(text) <= held(value)
     assert values_at_least(json.dumps(value, ensure_ascii=False).encode()) == values_at_least(text)
+
+
+def test_a_string_argument_of_prose_is_taken_as_the_string_it_is_whatever_its_commas(grandbo, key):
+    """A post-mortem is `str | None`, so the SDK tries it as JSON; prose is none and stays a string. Failed before
+    (review 27 M1): a post-mortem pasting a CSV timeline (10,200 commas, each counted as a value outside a string)
+    was refused as "a JSON text of over 10,000 values"; only a text that may be a JSON array or object is counted."""
+    timeline = "".join(f"12:{n % 60:02},step {n},ok\n" for n in range(5_100))
+    postmortem = f"Redis evicted session keys at maxmemory.\n{timeline}"
+    auth = {"Authorization": f"Bearer {key}"}
+    with serving(grandbo) as served:
+        opened = httpx.post(f"{served.url}/v1/tools/open_incident", json={"title": "Session evictions"},
+                            headers=auth, timeout=BOUND)  # fmt: skip
+        incident = opened.json()["id"]
+        closed = httpx.post(f"{served.url}/v1/tools/close_incident",
+                            json={"incident_id": incident, "postmortem": postmortem}, headers=auth, timeout=BOUND)  # fmt: skip
+    assert postmortem.count(",") > MAX_VALUES and values_at_least(postmortem) > MAX_VALUES
+    assert closed.status_code == 200 and closed.json()["status"] == "closed", closed.text[:300]

@@ -29,7 +29,12 @@ def checked(tool: str, schema: Mapping[str, Any], metadata: FuncMetadata, argume
     arguments = {k: v for k, v in arguments.items() if v is not None or _nullable(schema, k)}
     fields = metadata.arg_model.model_fields
     for name, value in arguments.items():  # the SDK parses a string sent for an argument of another type as JSON
-        if isinstance(value, str) and fields[name].annotation is not str and values_at_least(value) > MAX_VALUES:
+        if (
+            isinstance(value, str)
+            and fields[name].annotation is not str
+            and _container(value)
+            and values_at_least(value) > MAX_VALUES
+        ):
             said = f"`{name}` got a JSON text of over {MAX_VALUES:,} values: send {_wanted(schema['properties'][name])}"
             raise ToolError(f"{tool} was not called: {said}.")
     try:
@@ -37,6 +42,13 @@ def checked(tool: str, schema: Mapping[str, Any], metadata: FuncMetadata, argume
     except ValidationError as error:
         raise ToolError(invalid_arguments(tool, schema, error)) from error
     return arguments
+
+
+def _container(text: str) -> bool:
+    """Whether `text` may be the JSON text of an array or an object, what the SDK would parse into one: any other
+    string (a post-mortem of prose, its commas outside any quotes) is taken as the string it is."""
+    stripped = text.strip()
+    return stripped[:1] in ("[", "{") and stripped[-1:] in ("]", "}")
 
 
 def _nullable(schema: Mapping[str, Any], name: str) -> bool:
