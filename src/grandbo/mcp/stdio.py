@@ -32,6 +32,10 @@ from mcp_types import (
 
 from grandbo.mcp.envelope import refusal, uninitialized
 
+# How long the end of stdin waits for the answers of requests still running: a tool call that never ends (or a long
+# lived method but `subscriptions/listen`) no longer keeps the process alive after its input ended
+ANSWERS_WAIT_S = 300.0
+
 
 async def serve(server: MCPServer[Any]) -> None:
     """Run `server` over stdin and stdout until stdin ends and every request read from it is answered (what
@@ -124,7 +128,11 @@ class _Screened:
                 continue
             await self.ready.wait()
             await self.answers.send(SessionMessage(jsonrpc_message_adapter.validate_python(answer)))
-        await self._unanswered.none()
+        with anyio.move_on_after(ANSWERS_WAIT_S) as waited:
+            await self._unanswered.none()
+        if waited.cancelled_caught:
+            print(f"grandbo mcp: input ended; requests unanswered after {ANSWERS_WAIT_S:.0f} s were cancelled",
+                  file=sys.stderr)  # fmt: skip
 
     def _note(self, line: str) -> None:
         """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel). A listen
