@@ -100,6 +100,9 @@ def _found(host: str, port: int) -> list[str] | str:
     return list(dict.fromkeys(str(info[4][0]) for info in found))
 
 
+MIN_CONNECT_S = 1.0  # the least time an address of several is given for its connect (a far host's handshake)
+
+
 class _LookUp:
     """One look-up of a name in flight: `found` once `done` is set."""
 
@@ -161,9 +164,10 @@ class _Backend(httpcore.NetworkBackend):
         addresses = _addresses(host, port, _left(timeout, httpcore.ConnectTimeout))
         for place, address in enumerate(addresses):  # each, as the standard library tries them
             # An address whose connect times out (a route that drops) is passed over for the next: each has its
-            # share of the time left, the last all of it. With all of it each, the first took the call's time.
+            # share of the time left (MIN_CONNECT_S at least: a name of 64 addresses left each a sliver), the last all
+            # of it. With all of it each, the first took the call's time.
             left = _left(timeout, httpcore.ConnectTimeout)
-            share = None if left is None else left / (len(addresses) - place)
+            share = None if left is None else max(left / (len(addresses) - place), min(left, MIN_CONNECT_S))
             try:
                 return _Stream(self._backend.connect_tcp(address, port, share, local_address, socket_options))
             except (httpcore.ConnectError, httpcore.ConnectTimeout) as error:
