@@ -19,7 +19,7 @@ from grandbo.service import Grandbo
 def shipped(tmp_path_factory, model_dir, local_model):
     settings = Settings(home=tmp_path_factory.mktemp("verdict"), local_model_dir=model_dir)
     dataset = beir.load(shipped_set(), "dev+test")
-    with Grandbo.init(settings, embedding="local", provider=local_model) as grandbo:
+    with Grandbo.init(settings, provider=local_model) as grandbo:
         memory = grandbo.org("quillroute", create=True)
         load_corpus(memory, dataset, lambda _: None)
         yield memory, reference_time(dataset)

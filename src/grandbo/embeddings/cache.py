@@ -25,7 +25,7 @@ class CachedProvider:
         self.min_similarity = inner.min_similarity
         self._space = str(space_of(inner))
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db = sqlite3.connect(path, timeout=60, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(
             "CREATE TABLE IF NOT EXISTS vectors (space TEXT, hash TEXT, vector BLOB, PRIMARY KEY (space, hash))"
