@@ -349,6 +349,9 @@ PATTERNS: dict[str, Adversarial | Fixed] = {
             "pairs": lambda: runs("'a' instead of 'b", MAX_EDIT_CHARS),  # every pair missing its closing quote
         },
     ),
+    # A webhook body's brackets, all of them (4 MiB): two two-byte literals, nothing to backtrack; the near-miss is
+    # every opener with no closer beside it
+    "grandbo.jsontext._INNERMOST": Adversarial(findall, {"openers": lambda: b"[{" * (MAX_WEBHOOK_BODY // 2)}),
     "grandbo.erased.EDIT_WORD": Adversarial(findall, {"words": lambda: runs("a'", MAX_EDIT_CHARS)}),
     "grandbo.tiers.edit_rules._SENTENCE": Adversarial(
         findall,
