@@ -146,25 +146,3 @@ def test_a_first_recall_in_a_fresh_process_reads_no_outcome_whole(settings, load
         assert notes["RB-30"]["service"]["note"] == "same service"  # used there (its outcomes, as " SVC-Min " too)
         assert notes["RB-01"]["service"]["note"] == "direct dependency"  # used on svc-1
         assert notes["RB-02"]["service"]["note"] == "unrelated service"
-
-
-def test_an_org_that_never_had_an_outcome_has_its_runbooks_counted_by_no_read(grandbo, memory, store, monkeypatch):
-    """A ledger never written (most new orgs, the serve benchmark's) has nothing to count: its runbooks read never
-    tried without a count of the store per recall that meets one for the first time; its first outcome is counted."""
-    memory.runbooks.add("RB-fresh", "Flush the walrus cache", ["flush", "verify"], services=["svc-1"])
-    asked: list[list[str]] = []
-    tally = type(store).tally_documents
-
-    def counting(self, org_id, collection, by, match, values, refs=None):  # type: ignore[no-untyped-def]
-        asked.append(sorted(refs or []))
-        return tally(self, org_id, collection, by, match, values, refs)
-
-    monkeypatch.setattr(type(store), "tally_documents", counting)
-    snapshots = Snapshots()
-    assert snapshots.get(memory.org, memory._documents).win_rates(["RB-fresh", "RB-none"], ("svc-1",)) == {
-        "RB-fresh": (0.5, "RB-fresh: never tried (prior)"), "RB-none": (0.5, "RB-none: never tried (prior)")
-    }  # fmt: skip
-    assert snapshots.get(memory.org, memory._documents).used_on("RB-fresh") == [] and asked == []
-    memory.ledger.record("RB-fresh", "succeeded", service="svc-1")
-    _, why = snapshots.get(memory.org, memory._documents).win_rates(["RB-fresh"], ("svc-1",))["RB-fresh"]
-    assert asked == [["RB-fresh"]] and why.startswith("RB-fresh: 1/1 succeeded (all services)")

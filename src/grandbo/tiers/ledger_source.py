@@ -144,8 +144,6 @@ class LedgerSource:
         """The results of these runbooks: those not counted yet, counted by the store in one read, then kept. One
         count at a time: the org's concurrent first recalls wait for it rather than each counting the same."""
         wanted = list(dict.fromkeys(runbook_ids))
-        if self._version == 0:  # its snapshot's ledger never had an outcome: nothing to count (an org without one)
-            return dict.fromkeys(wanted, NEVER)
         if any(runbook_id not in self._tried for runbook_id in wanted):
             with self._counting:
                 missing = [runbook_id for runbook_id in wanted if runbook_id not in self._tried]
