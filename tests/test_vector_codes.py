@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from grandbo.retrieval import vector
+from grandbo.retrieval import codes, vector
 from grandbo.retrieval.codes import SLACK, Codes, code, slack
 from grandbo.retrieval.vector import PRUNE_FROM, PRUNE_SHARE, VectorIndex, normalize
 
@@ -181,3 +181,33 @@ def test_the_lengths_a_copy_keeps_are_numpys_norms_to_the_last_bit(dimension):
     for row in range(50):  # a query is coded alone, as one row
         (_, (scale,), (alone,), _) = code(vectors[row][None, :])
         assert scale == scales[row] and alone == left_out[row]
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_the_packed_copy_counts_in_the_bytes_and_writes_after_it_keep_the_answers_exact(monkeypatch, packed):
+    """Up to `PACK_BYTES` of codes the int8 pass multiplies a packed copy of them (the kernel's own layout), made by
+    the first search: the memory bound sees it, and the rows rewritten, removed and added after it (scored from the
+    codes themselves until a sixteenth of the rows changed, then the copy is made again) answer exactly as the full
+    product does. Past `PACK_BYTES` there is no copy, and the same answers."""
+    if not packed:
+        monkeypatch.setattr(codes, "PACK_BYTES", 0)
+    rng = np.random.default_rng(13)
+    rows = 2 * PRUNE_FROM
+    index = VectorIndex(96)
+    index.set_many(list(range(rows)), _clustered(rng, rows, 96, spread=1.0))
+    before = index.nbytes
+    query = normalize(_clustered(rng, 1, 96, spread=1.0)[0])
+    _agree(index.top(query, 25, 0.0), _full(index, query, 25, 0.0))
+    assert (index.nbytes >= before + rows * 96) is packed  # the copy counts against the memory bound
+    for step in range(60):
+        index.set_many(rng.integers(0, rows, 12).tolist(), _clustered(rng, 12, 96, spread=1.0))
+        index.remove(int(rng.integers(0, rows)))
+        rows += 3
+        index.set_many([rows - 3, rows - 2, rows - 1], _clustered(rng, 3, 96, spread=1.0))
+        query = normalize(_clustered(rng, 1, 96, spread=1.0)[0])
+        target = int(rng.integers(0, rows))
+        index.set(target, query)  # a row rewritten to the query itself comes first
+        for limit, floor in ((25, 0.0), (3, -1.0)):
+            got = index.top(query, limit, floor)
+            _agree(got, _full(index, query, limit, floor))
+            assert got[0][0] == target
