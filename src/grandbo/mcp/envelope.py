@@ -43,17 +43,30 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     """The JSON-RPC error answering `raw`, one message as received, when the SDK would answer it with nothing or
     with no word of what to send; None for a message to hand on. `version`: its MCP-Protocol-Version header (HTTP).
     Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
+    return screen(raw, version)[0]
+
+
+def screen(raw: bytes | str, version: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """`raw`'s `refusal` and None, or None and the message as parsed here (a JSON object), for a caller that reads
+    the message handed on (stdio's) without parsing it again."""
     if values_at_least(raw) > MAX_VALUES:  # refused unparsed: parsing holds the GIL, so the event loop, throughout
-        return _too_large(None, f"holds more than {MAX_VALUES:,} values")
+        return _too_large(None, f"holds more than {MAX_VALUES:,} values"), None
     if raw[:3] == codecs.BOM_UTF8 or raw[:1] == "\ufeff":  # Python reads past it, the SDK's parser does not
         return _error(None, PARSE_ERROR, f"Parse error: the message starts with a byte order mark (EF BB BF), which "
-                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one.")  # fmt: skip
+                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one."), None  # fmt: skip
     try:
         message = json.loads(raw)
     except RecursionError:
-        return _error(None, PARSE_ERROR, f"Parse error: the message is nested too deeply. Send {_SHAPE}.")
+        return _error(None, PARSE_ERROR, f"Parse error: the message is nested too deeply. Send {_SHAPE}."), None
     except ValueError as error:  # not JSON, or bytes that are not UTF-8
-        return _error(None, PARSE_ERROR, f"Parse error: the message is not JSON ({str(error)[:120]}). Send {_SHAPE}.")
+        said = f"Parse error: the message is not JSON ({str(error)[:120]}). Send {_SHAPE}."
+        return _error(None, PARSE_ERROR, said), None
+    answer = _refusal(message, version)
+    return (answer, None) if answer is not None else (None, message)
+
+
+def _refusal(message: Any, version: str | None) -> dict[str, Any] | None:
+    """`refusal` of a message parsed."""
     if isinstance(message, list):
         return _error(None, INVALID_REQUEST, "Invalid Request: a JSON-RPC batch (an array of messages) is not taken "
                       "(MCP has none since 2025-06-18). Send each message on its own.")  # fmt: skip
@@ -132,11 +145,10 @@ def _handshake_era(message: dict[str, Any], version: str | None) -> bool:
     )
 
 
-def uninitialized(raw: bytes | str) -> tuple[dict[str, Any] | None, bool]:
-    """Before a stdio session's initialize, of a message `refusal` let through: its answer (None: hand it on), and
-    whether it is the initialize. The SDK refused a request there with -32602 "Invalid request parameters" and
-    `data: ""`, which named neither the cause nor the remedy."""
-    message = json.loads(raw)
+def uninitialized(message: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """Before a stdio session's initialize, of a message `screen` let through (as it parsed it): its answer (None:
+    hand it on), and whether it is the initialize. The SDK refused a request there with -32602 "Invalid request
+    parameters" and `data: ""`, which named neither the cause nor the remedy."""
     method = message.get("method")
     if method in ("initialize", "ping"):  # the SDK answers a ping before the initialize
         return None, method == "initialize"
