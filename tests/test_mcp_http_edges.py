@@ -403,3 +403,36 @@ def test_grandbo_mcp_fed_a_pipe_answers_every_request_before_it_exits(grandbo, k
     modern = [json.dumps(_call({**envelope, "notifications": {}}, 1, "subscriptions/listen")),
               json.dumps(_call(envelope, 2, "tools/list"))]  # fmt: skip
     assert run(modern)[2]["result"]["tools"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # the write lock the test holds is the embedded store's
+def test_grandbo_mcp_waits_at_most_answers_wait_s_at_the_end_of_its_input_for_a_call_still_running(
+    grandbo, keys, settings
+):
+    """`stdio.ANSWERS_WAIT_S`: the end of stdin waits for the answers of the calls still running that long at most,
+    then cancels them, says so on stderr and exits; without the bound, a call that never ended kept the process
+    alive for ever. Here a call waits for the store's write lock, which the test holds past the bound (set to 1 s
+    in the server's process: 300 s is no time for a test), and lets go once the bound is said."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_server_errors import file_locked
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["beta"]}
+    bounded = "import sys; from grandbo.mcp import stdio; stdio.ANSWERS_WAIT_S = 1.0; import grandbo.__main__"
+    server = subprocess.Popen([sys.executable, "-c", bounded, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(f"{STDIO_LINES[0]}\n{STDIO_LINES[1]}\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 0  # its store open, its session initialized
+    with file_locked(settings):  # the call waits for it for SQLite's busy timeout (10 s), then fails
+        server.stdin.write(json.dumps(_call({"name": "open_incident", "arguments": {"title": "disk full"}}, 3)) + "\n")
+        server.stdin.close()
+        said = server.stderr.readline()  # before: "", the call's failure answered once the lock's wait ended
+    stdout, stderr = server.stdout.read(), server.stderr.read()
+    server.wait(timeout=60)
+    assert said == "grandbo mcp: input ended; requests unanswered after 1 s were cancelled\n", (said, stderr)
+    assert stdout == "" and stderr == "" and server.returncode == 0, (stdout, stderr, server.returncode)

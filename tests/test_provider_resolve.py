@@ -203,3 +203,55 @@ def test_a_look_up_past_the_most_at_once_waits_for_a_slot_within_its_calls_time(
     name is unknown, a ConnectError), as it is the others'."""
     printed = _in_namespaces(tmp_path, SLOT_FREED, {"resolv.conf": RESOLV_CONF})
     assert printed == [str(deadlines._LookUps.MOST + 1), "ConnectError", "False"]  # before: ConnectTimeout, True
+
+
+# vendor.test is 8 loopback addresses: at the first a server whose accept queue is full, so that a connect's first
+# SYN is dropped and answered only when TCP sends it again, a second later; at the others nothing listens
+SLOW_HOSTS = "".join(f"127.0.0.{n} vendor.test\n" for n in range(1, 9))
+SLOW_FIRST_ADDRESS = """
+import socket
+import threading
+import time
+from grandbo import deadlines
+from grandbo.http import client, send_bounded
+
+deadlines.MIN_CONNECT_S = LEAST
+
+def dropped():  # the SYNs this namespace's listeners dropped
+    names, counts = [line.split() for line in open("/proc/net/netstat") if line.startswith("TcpExt:")]
+    return int(counts[names.index("ListenDrops")])
+
+listener = socket.socket()
+listener.bind(("127.0.0.1", 0))
+listener.listen(0)
+port = listener.getsockname()[1]
+queued = socket.create_connection(("127.0.0.1", port))  # the accept queue full: the next SYN is dropped
+before = dropped()
+
+def serve():
+    while dropped() == before:  # the call's first SYN: dropped
+        time.sleep(0.005)
+    listener.accept()[0].close()  # room for the call's SYN, sent again
+    connection = listener.accept()[0]
+    connection.recv(65536)
+    connection.sendall(b"HTTP/1.1 200 OK\\r\\nContent-Length: 2\\r\\nConnection: close\\r\\n\\r\\nok")
+    connection.close()
+
+threading.Thread(target=serve, daemon=True).start()
+try:
+    status, _, body = send_bounded(client(4.0), "POST", f"http://vendor.test:{port}/", timeout=4.0, limit=100, json={})
+    print(status, body.decode())
+except Exception as error:
+    print(type(error).__name__)
+"""
+
+
+@pytest.mark.parametrize(("least", "printed"), [(2.5, ["200", "ok"]), (0.0, ["ConnectError"])])
+def test_each_address_of_a_name_gets_at_least_min_connect_s_to_connect(tmp_path, least, printed):
+    """`deadlines.MIN_CONNECT_S`: a name's addresses share the call's time, but none gets less than that to connect
+    (a far host's handshake). 8 addresses in 4 s left the first half a second, and its connect, which TCP completes
+    with its SYN sent again a second on, was cut short for the next addresses (nothing listens there). With the
+    least share past that second the connect completes; with none it does not. TCP's second is also the constant's
+    1 s, which would make the test a race: the constant is set above it here."""
+    call = SLOW_FIRST_ADDRESS.replace("LEAST", repr(least))
+    assert _in_namespaces(tmp_path, call, {"hosts": SLOW_HOSTS, "host.conf": "multi on\n"}) == printed
