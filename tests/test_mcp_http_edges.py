@@ -436,3 +436,27 @@ def test_grandbo_mcp_waits_at_most_answers_wait_s_at_the_end_of_its_input_for_a_
     server.wait(timeout=60)
     assert said == "grandbo mcp: input ended; requests unanswered after 1 s were cancelled\n", (said, stderr)
     assert stdout == "" and stderr == "" and server.returncode == 0, (stdout, stderr, server.returncode)
+
+
+def test_a_message_not_sent_as_json_or_with_an_overlong_id_gets_a_json_rpc_error_saying_what_to_send(grandbo, keys):
+    """A probe's LOWs: a body sent as text/plain, or with no Content-Type, got the SDK's 400 "Invalid Content-Type
+    header" in plain text, which a JSON-RPC client cannot read; a request's 1 MB string id came back whole in its
+    answer. Failed before: each is now a JSON-RPC error saying what to send, the long id not repeated (-32600)."""
+    import json
+
+    body = json.dumps(LIST)
+    with serving(grandbo) as served:
+        post = lambda content, **more: httpx.post(f"{served.url}/mcp", content=content, timeout=BOUND,  # noqa: E731
+                                                  headers=_headers(keys["alpha"], **more))  # fmt: skip
+        plain, bare = post(body, **{"Content-Type": "text/plain"}), post(body)
+        long = post(json.dumps({**LIST, "id": "x" * 1_000_000}), **{"Content-Type": "application/json"})
+        fine = post(json.dumps({**LIST, "id": "x" * 256}), **{"Content-Type": "application/json; charset=utf-8"})
+    for answer, sent in ((plain, 'sent as "text/plain"'), (bare, "sent without a Content-Type")):
+        assert answer.status_code == 415 and answer.headers["content-type"] == "application/json", answer.text
+        error = answer.json()["error"]
+        assert answer.json()["id"] is None and error["code"] == -32600 and sent in error["message"], error
+        assert "Send it with the header Content-Type: application/json" in error["message"]
+    assert long.status_code == 400 and len(long.content) < 1000, long.text[:300]
+    assert long.json()["id"] is None and long.json()["error"]["code"] == -32600
+    assert "the id is 1,000,000 characters long, more than the 256" in long.json()["error"]["message"]
+    assert fine.status_code == 200 and fine.json()["id"] == "x" * 256 and fine.json()["result"]["tools"]

@@ -7,7 +7,9 @@ message about `params._meta` (the SDK took it for a 2026 request): both now say 
 Both transports ask `refusal` before the SDK reads the message. A message of more values than any request takes
 (`MAX_VALUES`), or nested deeper (`MAX_DEPTH`), is refused there too, on a worker thread for a large body: the SDK
 parses and checks a message on the event loop every organization's requests share, and one 1 MiB list or object
-held it 200-480 ms, once for each message a key sent (probe 27)."""
+held it 200-480 ms, once for each message a key sent (probe 27). An id over `MAX_ID_CHARS` is refused too (the
+answer repeated a 1 MB id whole), and over HTTP a body not sent as application/json gets a JSON-RPC error saying
+so (the SDK's was "Invalid Content-Type header", in plain text)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ PARSE_ERROR, INVALID_REQUEST = -32700, -32600  # JSON-RPC 2.0's codes
 # A tool call's arguments hold a few hundred values at most (an incident's 100 symptoms, 100 alerts, 50 services),
 # an initialize a few dozen, and none nests deeper than a handful: these bounds are far past what any client sends
 MAX_VALUES, MAX_DEPTH = 10_000, 64
+# An id names its request in the answer, whole: a client's counter or UUID is a few dozen characters at most
+MAX_ID_CHARS = 256
 
 _SHAPE = "one JSON-RPC message: a JSON object with jsonrpc, id (a string or an integer), method and params"
 SUPPORTED_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)  # the SDK's, both eras
@@ -75,6 +79,10 @@ def _refusal(message: Any, version: str | None) -> dict[str, Any] | None:
                       f"Send {_SHAPE}.")  # fmt: skip
     given = message.get("id")
     known = given if _is_id(given) else None
+    if known is not None and (length := len(known if isinstance(known, str) else str(known))) > MAX_ID_CHARS:
+        return _error(None, INVALID_REQUEST, f"Invalid Request: the id is {length:,} characters long, more than "
+                      f"the {MAX_ID_CHARS} this server takes (an answer names its request by its id, in full). Send "
+                      "the request again with a shorter string or integer id: a counter, or a UUID.")  # fmt: skip
     if (size := _oversized(message)) is not None:
         return _too_large(known, size)
     if (wrong := _not_a_message(message)) is not None:
@@ -205,11 +213,19 @@ def _error(message_id: str | int | None, code: int, said: str) -> dict[str, Any]
 
 
 async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """The HTTP request handed to `app` (the SDK's) unless its body is a batch or has a `refusal`: a batch gets a
-    400 in the API's error shape (the SDK answered pydantic's report of four validation errors), a refusal a 400
-    with the JSON-RPC error. Only a POST carries a message, read whole here (`api.bodies.BodyLimit` bounds it)."""
+    """The HTTP request handed to `app` (the SDK's) unless its body is a batch or has a `refusal`, or is not sent as
+    JSON: a batch gets a 400 in the API's error shape (the SDK answered pydantic's report of four validation errors),
+    a refusal a 400 with the JSON-RPC error, another Content-Type a 415 with one. Only a POST carries a message,
+    read whole here (`api.bodies.BodyLimit` bounds it)."""
     if scope.get("method") != "POST":
         await app(scope, receive, send)
+        return
+    kind = _header(scope, b"content-type") or ""
+    if not kind.lower().startswith("application/json"):  # the SDK's check; it answered 400 in plain text, no JSON-RPC
+        sent = f"as {json.dumps(kind[:60])}" if kind else "without a Content-Type"
+        await _send(send, _error(None, INVALID_REQUEST, f"Invalid Request: the message was sent {sent}; this "
+                                 "endpoint reads JSON only. Send it with the header Content-Type: application/json."),
+                    415)  # fmt: skip
         return
     received: list[Message] = []
     while not received or (received[-1].get("type") == "http.request" and received[-1].get("more_body", False)):
@@ -220,8 +236,7 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
         refused["error"]["remedy"] = "Send each JSON-RPC message in a POST of its own."
         await _send(send, refused)
         return
-    version = next((value.decode("latin-1") for name, value in scope.get("headers") or []
-                    if name == b"mcp-protocol-version"), None)  # fmt: skip
+    version = _header(scope, b"mcp-protocol-version")
     # A large body is read on a thread, as `api.clean` reads one: the event loop goes on meanwhile
     large = len(body) > LARGE_REQUEST_BYTES
     answer = await run_in_threadpool(refusal, body, version) if large else refusal(body, version)
@@ -235,6 +250,11 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
         return received.pop(0) if received else await receive()
 
     await app(scope, again, send)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first header `name` of the request, as Starlette's `Headers.get` reads it (what the SDK reads)."""
+    return next((value.decode("latin-1") for each, value in scope.get("headers") or [] if each == name), None)
 
 
 async def _send(send: Send, body: dict[str, Any], status: int = 400) -> None:
