@@ -225,14 +225,16 @@ STDIO_LINES = [
     '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"query_org_memory",'
     '"arguments":{"topic":"\\ud800 lone surrogate in a topic"}}}',
     '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":6,"method":"no/such","params":[1]}',
     '{"jsonrpc":"2.0","id":9,"method":"tools/list"}',
 ]
 
 
 def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys, settings):
     """Probe 20b: a line that is not JSON, a batch and a lone surrogate escape got nothing at all on stdout (the SDK's
-    reader logged them and went on), a null id was read as a notification: an agent waited for ever. Each gets its
-    JSON-RPC error, in order, and the next request is answered as ever."""
+    reader logged them and went on), a null id was read as a notification, and a request whose params are no object
+    was dropped as well: an agent waited for ever. Each gets its JSON-RPC error, in order, and the next request is
+    answered as ever."""
     import json
     import os
     import subprocess
@@ -247,18 +249,19 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
     assert server.stdin is not None and server.stdout is not None
     server.stdin.write("\n".join(STDIO_LINES) + "\n")
     server.stdin.flush()
-    lines = [server.stdout.readline() for _ in range(6)]  # the pytest timeout bounds a server that never answers
+    lines = [server.stdout.readline() for _ in range(7)]  # the pytest timeout bounds a server that never answers
     server.stdin.close()
     stderr = server.stderr.read() if server.stderr is not None else ""
     server.wait(timeout=60)
     answers = [json.loads(line) for line in lines if line.strip()]
     said = {answer.get("error", {}).get("message", str(answer["id"])).split(" (")[0]: answer for answer in answers}
-    assert len(answers) == 6 and answers[0]["id"] == 0 and "result" in answers[0], lines
+    assert len(answers) == 7 and answers[0]["id"] == 0 and "result" in answers[0], lines
     for message, given, code in [
         ("Parse error: the message is not JSON", None, -32700),
         ("Invalid Request: a JSON-RPC batch", None, -32600),
         ("Parse error: the message holds a lone surrogate", 5, -32700),
         ("Invalid Request: the id null is not a string or an integer, so no answer could name it", None, -32600),
+        ("Invalid Request: params must be an object", 6, -32600),  # before: nothing (the SDK's reader dropped it)
     ]:
         assert said[message]["id"] == given and said[message]["error"]["code"] == code, said
     assert said["9"]["result"]["tools"] and stderr == ""
@@ -352,6 +355,7 @@ def test_grandbo_mcp_over_stdio_says_a_request_before_initialize_waits_for_it(gr
         (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', '"method" must be a string naming the method'),
         (b'{"jsonrpc": "2.0", "method": {"a": 1}}', '"method" must be a string naming the method'),
         (b'{"jsonrpc": "2.0", "id": 1}', 'it has no "method" (a request or a notification)'),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "no/such", "params": 5}', "params must be an object"),
         (b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": 1, "method": "ping"}', "starts with a byte order mark"),
     ],
 )

@@ -99,9 +99,14 @@ def _refusal(message: Any, version: str | None) -> dict[str, Any] | None:
                       "character outside the BMP as its surrogate pair.")  # fmt: skip
     if version is not None and version not in SUPPORTED_VERSIONS:
         return _unsupported(known, version)
-    method = message.get("method")
+    method, params = message.get("method"), message.get("params")
     if known is not None and isinstance(method, str) and _handshake_era(message, version):  # 2026's: the SDK's
-        return _invalid_params(known, method, message.get("params"), version or LATEST_HANDSHAKE_VERSION)
+        said = _invalid_params(known, method, params, version or LATEST_HANDSHAKE_VERSION)
+        if said is not None:
+            return said
+    if "method" in message and not isinstance(params, dict | None):  # the SDK's reader dropped it: no answer came
+        return _error(known, INVALID_REQUEST, f"Invalid Request: params must be an object (MCP names each parameter), "
+                      f"not {json.dumps(params)[:40]}. Send {_SHAPE}.")  # fmt: skip
     return None
 
 

@@ -130,14 +130,14 @@ class _Screened:
     def _note(self, message: dict[str, Any]) -> None:
         """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel). A listen
         stream is not counted: only the client's leaving ends it, so the end of stdin is not held for it. `message`
-        is one `screen` handed on, so its "jsonrpc", "method" and "id" are as the SDK's message types take them."""
-        method, params = message.get("method"), message.get("params")
-        if method is None or not (params is None or isinstance(params, dict)):
-            return  # a response; or params no object, which the SDK's reader drops (no answer comes)
+        is one `screen` handed on, so its "jsonrpc", "method", "id" and "params" are as the SDK's types take them."""
+        method = message.get("method")
+        if method is None:
+            return  # a response
         if "id" in message:  # a request: with an id, the SDK's parser takes any method for one
             if method != "subscriptions/listen":
                 self._unanswered.asked(message["id"])
         elif method == "notifications/cancelled":
-            cancelled = cancelled_request_id_from_params(params)
+            cancelled = cancelled_request_id_from_params(message.get("params"))
             if cancelled is not None:
                 self._unanswered.settled(cancelled)
