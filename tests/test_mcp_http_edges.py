@@ -225,14 +225,16 @@ STDIO_LINES = [
     '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"query_org_memory",'
     '"arguments":{"topic":"\\ud800 lone surrogate in a topic"}}}',
     '{"jsonrpc":"2.0","id":null,"method":"tools/list"}',
+    '{"jsonrpc":"2.0","id":6,"method":"no/such","params":[1]}',
     '{"jsonrpc":"2.0","id":9,"method":"tools/list"}',
 ]
 
 
 def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys, settings):
     """Probe 20b: a line that is not JSON, a batch and a lone surrogate escape got nothing at all on stdout (the SDK's
-    reader logged them and went on), a null id was read as a notification: an agent waited for ever. Each gets its
-    JSON-RPC error, in order, and the next request is answered as ever."""
+    reader logged them and went on), a null id was read as a notification, and a request whose params are no object
+    was dropped as well: an agent waited for ever. Each gets its JSON-RPC error, in order, and the next request is
+    answered as ever."""
     import json
     import os
     import subprocess
@@ -247,18 +249,19 @@ def test_grandbo_mcp_over_stdio_answers_every_line_it_cannot_take(grandbo, keys,
     assert server.stdin is not None and server.stdout is not None
     server.stdin.write("\n".join(STDIO_LINES) + "\n")
     server.stdin.flush()
-    lines = [server.stdout.readline() for _ in range(6)]  # the pytest timeout bounds a server that never answers
+    lines = [server.stdout.readline() for _ in range(7)]  # the pytest timeout bounds a server that never answers
     server.stdin.close()
     stderr = server.stderr.read() if server.stderr is not None else ""
     server.wait(timeout=60)
     answers = [json.loads(line) for line in lines if line.strip()]
     said = {answer.get("error", {}).get("message", str(answer["id"])).split(" (")[0]: answer for answer in answers}
-    assert len(answers) == 6 and answers[0]["id"] == 0 and "result" in answers[0], lines
+    assert len(answers) == 7 and answers[0]["id"] == 0 and "result" in answers[0], lines
     for message, given, code in [
         ("Parse error: the message is not JSON", None, -32700),
         ("Invalid Request: a JSON-RPC batch", None, -32600),
         ("Parse error: the message holds a lone surrogate", 5, -32700),
         ("Invalid Request: the id null is not a string or an integer, so no answer could name it", None, -32600),
+        ("Invalid Request: params must be an object", 6, -32600),  # before: nothing (the SDK's reader dropped it)
     ]:
         assert said[message]["id"] == given and said[message]["error"]["code"] == code, said
     assert said["9"]["result"]["tools"] and stderr == ""
@@ -352,6 +355,7 @@ def test_grandbo_mcp_over_stdio_says_a_request_before_initialize_waits_for_it(gr
         (b'{"jsonrpc": "2.0", "id": 1, "method": 5}', '"method" must be a string naming the method'),
         (b'{"jsonrpc": "2.0", "method": {"a": 1}}', '"method" must be a string naming the method'),
         (b'{"jsonrpc": "2.0", "id": 1}', 'it has no "method" (a request or a notification)'),
+        (b'{"jsonrpc": "2.0", "id": 1, "method": "no/such", "params": 5}', "params must be an object"),
         (b'\xef\xbb\xbf{"jsonrpc": "2.0", "id": 1, "method": "ping"}', "starts with a byte order mark"),
     ],
 )
@@ -403,3 +407,60 @@ def test_grandbo_mcp_fed_a_pipe_answers_every_request_before_it_exits(grandbo, k
     modern = [json.dumps(_call({**envelope, "notifications": {}}, 1, "subscriptions/listen")),
               json.dumps(_call(envelope, 2, "tools/list"))]  # fmt: skip
     assert run(modern)[2]["result"]["tools"]
+
+
+@pytest.mark.parametrize("backend", ["sqlite"])  # the write lock the test holds is the embedded store's
+def test_grandbo_mcp_waits_at_most_answers_wait_s_at_the_end_of_its_input_for_a_call_still_running(
+    grandbo, keys, settings
+):
+    """`stdio.ANSWERS_WAIT_S`: the end of stdin waits for the answers of the calls still running that long at most,
+    then cancels them, says so on stderr and exits; without the bound, a call that never ended kept the process
+    alive for ever. Here a call waits for the store's write lock, which the test holds past the bound (set to 1 s
+    in the server's process: 300 s is no time for a test), and lets go once the bound is said."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_server_errors import file_locked
+
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home), "GRANDBO_API_KEY": keys["beta"]}
+    bounded = "import sys; from grandbo.mcp import stdio; stdio.ANSWERS_WAIT_S = 1.0; import grandbo.__main__"
+    server = subprocess.Popen([sys.executable, "-c", bounded, "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, env=env, text=True)  # fmt: skip
+    assert server.stdin is not None and server.stdout is not None
+    server.stdin.write(f"{STDIO_LINES[0]}\n{STDIO_LINES[1]}\n")
+    server.stdin.flush()
+    assert json.loads(server.stdout.readline())["id"] == 0  # its store open, its session initialized
+    with file_locked(settings):  # the call waits for it for SQLite's busy timeout (10 s), then fails
+        server.stdin.write(json.dumps(_call({"name": "open_incident", "arguments": {"title": "disk full"}}, 3)) + "\n")
+        server.stdin.close()
+        said = server.stderr.readline()  # before: "", the call's failure answered once the lock's wait ended
+    stdout, stderr = server.stdout.read(), server.stderr.read()
+    server.wait(timeout=60)
+    assert said == "grandbo mcp: input ended; requests unanswered after 1 s were cancelled\n", (said, stderr)
+    assert stdout == "" and stderr == "" and server.returncode == 0, (stdout, stderr, server.returncode)
+
+
+def test_a_message_not_sent_as_json_or_with_an_overlong_id_gets_a_json_rpc_error_saying_what_to_send(grandbo, keys):
+    """A probe's LOWs: a body sent as text/plain, or with no Content-Type, got the SDK's 400 "Invalid Content-Type
+    header" in plain text, which a JSON-RPC client cannot read; a request's 1 MB string id came back whole in its
+    answer. Failed before: each is now a JSON-RPC error saying what to send, the long id not repeated (-32600)."""
+    import json
+
+    body = json.dumps(LIST)
+    with serving(grandbo) as served:
+        post = lambda content, **more: httpx.post(f"{served.url}/mcp", content=content, timeout=BOUND,  # noqa: E731
+                                                  headers=_headers(keys["alpha"], **more))  # fmt: skip
+        plain, bare = post(body, **{"Content-Type": "text/plain"}), post(body)
+        long = post(json.dumps({**LIST, "id": "x" * 1_000_000}), **{"Content-Type": "application/json"})
+        fine = post(json.dumps({**LIST, "id": "x" * 256}), **{"Content-Type": "application/json; charset=utf-8"})
+    for answer, sent in ((plain, 'sent as "text/plain"'), (bare, "sent without a Content-Type")):
+        assert answer.status_code == 415 and answer.headers["content-type"] == "application/json", answer.text
+        error = answer.json()["error"]
+        assert answer.json()["id"] is None and error["code"] == -32600 and sent in error["message"], error
+        assert "Send it with the header Content-Type: application/json" in error["message"]
+    assert long.status_code == 400 and len(long.content) < 1000, long.text[:300]
+    assert long.json()["id"] is None and long.json()["error"]["code"] == -32600
+    assert "the id is 1,000,000 characters long, more than the 256" in long.json()["error"]["message"]
+    assert fine.status_code == 200 and fine.json()["id"] == "x" * 256 and fine.json()["result"]["tools"]

@@ -13,7 +13,8 @@ import httpx
 import pytest
 from starlette.requests import Request
 
-from grandbo.api.value_bounds import CATALOG_VALUES, MAX_DEPTH, MAX_VALUES, MEMORY_VALUES, WEBHOOK_VALUES
+from grandbo.api.app import create_app
+from grandbo.api.value_bounds import BOUNDS, CATALOG_VALUES, MAX_DEPTH, MAX_VALUES, MEMORY_VALUES, WEBHOOK_VALUES
 from tests.serving import BOUND, serving
 
 pytestmark = pytest.mark.embedded_default  # Postgres: in the slow suite (tests/conftest.py)
@@ -88,3 +89,14 @@ def test_the_largest_legitimate_bodies_are_taken(grandbo, keys, parsed):
     assert recall.status_code == 200, recall.text[:300]
     assert catalog.status_code == 200 and len(catalog.json()) == 5000, catalog.text[:300]
     assert len(parsed) == 3
+
+
+def test_every_route_that_takes_a_body_has_its_bound_and_each_bound_its_route(grandbo):
+    """A body's bound was found by splitting its path ("memories", one segment more or two), beside FastAPI's own
+    route table: a route added under a bounded path took that path's bound unseen, and one added elsewhere the
+    default. Each route that takes a JSON body (a requestBody in /openapi.json) is named in `value_bounds.BOUNDS`,
+    by its method and path template, and each name there is a route's (failed before: no such table)."""
+    spec = create_app(grandbo, mcp=False, console=False).openapi()
+    taking = {(method.upper(), path) for path, item in spec["paths"].items()
+              for method, operation in item.items() if "requestBody" in operation}  # fmt: skip
+    assert len(taking) > 20 and taking == set(BOUNDS), taking ^ set(BOUNDS)

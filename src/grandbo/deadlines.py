@@ -7,7 +7,8 @@ the timeout, held the call for as long as it trickled. Here httpcore (the librar
 through a network backend whose streams give each read and write at most the time left before the deadline
 `within` sets for the calling thread, so a head trickled past it ends in httpx.ReadTimeout like a body does. A
 host's name is looked up within that time too (`_addresses`): the standard library's look-up takes no timeout.
-A name's callers share its one look-up in flight, and a few names at most are looked up at once (`_LookUps`).
+A name's callers share its one look-up in flight, and a few names at most are looked up at once (`_LookUps`): the
+look-up of one more waits for a slot, within the call's time.
 
 Proxies from the environment (HTTP_PROXY, HTTPS_PROXY, ALL_PROXY, NO_PROXY, as the standard library reads them)
 go through the same backend: httpx would otherwise send those calls through a transport of its own, unbounded.
@@ -115,26 +116,32 @@ class _LookUps:
     """The look-ups in flight, one per name, each in a thread of its own. A look-up the resolver leaves unanswered
     holds its thread for the resolver's own retries, after its callers have gone: with one thread per call, a
     resolver that answered nothing piled up a thread for every call of those seconds (review 26 L1). A name's
-    callers wait on its one look-up in flight, and look-ups of more names than `MOST` at once are refused as late."""
+    callers wait on its one look-up in flight, and at most `MOST` names are looked up at once: the look-up of one
+    more waits for one of them to end, within its call's time (refused at once, a burst of calls to a few more
+    names than that failed while the resolver was merely slow: review 27 M2)."""
 
     MOST = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        self._ended = threading.Condition(self._lock)  # notified as a look-up ends, its slot free
         self._pending: dict[str, _LookUp] = {}
 
     def wait(self, host: str, port: int, timeout: float) -> list[str] | str:
+        deadline = time.monotonic() + timeout
         with self._lock:
-            pending = self._pending.get(host)
-            if pending is None:
-                if len(self._pending) >= self.MOST:
+            while (pending := self._pending.get(host)) is None and len(self._pending) >= self.MOST:
+                if (left := deadline - time.monotonic()) <= 0:
                     raise httpcore.ConnectTimeout(
-                        f"looking up {host} was not begun: {self.MOST} look-ups of other names are still waiting "
-                        "for the resolver; check the nameservers in /etc/resolv.conf")  # fmt: skip
+                        f"looking up {host} was not begun within {timeout:.3g} s: {self.MOST} look-ups of other "
+                        "names were waiting for the resolver all that time; check the nameservers in "
+                        "/etc/resolv.conf")  # fmt: skip
+                self._ended.wait(left)
+            if pending is None:
                 pending = self._pending[host] = _LookUp()
                 name = f"grandbo-resolve-{host}"[:60]
                 threading.Thread(target=self._look_up, args=(host, port, pending), name=name, daemon=True).start()
-        if not pending.done.wait(timeout):
+        if not pending.done.wait(deadline - time.monotonic()):
             raise httpcore.ConnectTimeout(f"looking up {host} took over {timeout:.3g} s")
         return pending.found
 
@@ -142,6 +149,7 @@ class _LookUps:
         pending.found = _found(host, port)
         with self._lock:
             del self._pending[host]
+            self._ended.notify_all()
         pending.done.set()
 
     def after_fork(self) -> None:

@@ -34,6 +34,7 @@ from grandbo.api import (
 )  # fmt: skip
 from grandbo.api.bodies import BodyLimit, Budget
 from grandbo.api.clean import CleanInput, ErrorPage, error_response, face_page
+from grandbo.api.value_bounds import RouteBounds
 from grandbo.errors import GrandboError
 from grandbo.service import Grandbo
 from grandbo.values import UNDECODABLE_REMEDY, undecodable
@@ -292,6 +293,7 @@ def create_app(grandbo: Grandbo, *, mcp: bool = True, console: bool = True) -> F
         app.include_router(router)
     routes_memory.add_health(app, grandbo)
     routes = [route for router in routers for route in router.routes if isinstance(route, APIRoute)]
+    app.state.value_bounds = RouteBounds(routes)  # each body's bound, as `CleanInput` counts it
     app.openapi = partial(openapi.document, app, routes)  # type: ignore[method-assign]  # FastAPI's documented override
     if console:
         from grandbo.web import install

@@ -22,7 +22,7 @@ from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Scope, Send
 
 from grandbo.api.deps import verified
-from grandbo.api.value_bounds import oversized
+from grandbo.api.value_bounds import Bound, oversized
 from grandbo.errors import (
     GrandboError,
     ImportRunningError,
@@ -297,7 +297,8 @@ class CleanInput:
         body = b"".join(parts)
         # A large one on a thread: the event loop goes on between its steps (its C steps hold the interpreter)
         large = len(body) > LARGE_REQUEST_BYTES
-        check = (scope["method"], scope["path"], body)
+        method, path = scope["method"], scope["path"]
+        check = (scope["app"].state.value_bounds.of(method, path), method, path, body)
         found = await run_in_threadpool(_body_refusal, *check) if large else _body_refusal(*check)
         if isinstance(found, dict):
             await JSONResponse(found, status_code=413)(scope, receive, send)
@@ -318,10 +319,10 @@ class CleanInput:
         await refusal(scope, receive, send)
 
 
-def _body_refusal(method: str, path: str, body: bytes) -> dict[str, Any] | tuple[str, str] | None:
-    """A body of more values than its route takes (`value_bounds`: its 413, before anything parses it), or what
-    in it no store can keep (`body_problem`), or None."""
-    return oversized(_as_utf8(body), method, path) or body_problem(body)
+def _body_refusal(bound: Bound, method: str, path: str, body: bytes) -> dict[str, Any] | tuple[str, str] | None:
+    """A body of more values than its route takes (`bound`: its 413, before anything parses it), or what in it no
+    store can keep (`body_problem`), or None."""
+    return oversized(_as_utf8(body), bound, method, path) or body_problem(body)
 
 
 async def _admitted(scope: Scope) -> tuple[Any, str] | Response:

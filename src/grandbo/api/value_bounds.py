@@ -8,7 +8,10 @@ body holds, and a body over it (or nested over MAX_DEPTH) is refused 413 before 
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+from fastapi.routing import APIRoute
 
 from grandbo.errors import PayloadTooLargeError
 from grandbo.ingest.adapters import MAX_ALERTS
@@ -30,42 +33,73 @@ CHANGE_VALUES = 20 * MAX_CHANGES
 # (`api.bodies.MAX_BODY`) holds more
 CATALOG_VALUES = (1 << 20) // 4
 
-_BOUNDS = {
-    ("POST", "memories", None): MEMORY_VALUES,
-    ("PATCH", "memories", "*"): MEMORY_VALUES,
-    ("POST", "webhooks", "*"): WEBHOOK_VALUES,
-    ("POST", "changes", "*"): CHANGE_VALUES,
-    ("PUT", "catalog", None): CATALOG_VALUES,
-}
+# Every route that takes a JSON body, by its method and path template, and the most values its body may hold: a
+# route's bound is looked up by the route a request goes to (`RouteBounds`), and a route added without one here
+# is found by tests/test_rest_large_bodies.py (until then its body is held to MAX_VALUES, as a body sent to a route
+# that takes none is).
+BOUNDS: dict[tuple[str, str], int] = {
+    ("POST", "/v1/memories"): MEMORY_VALUES,
+    ("PATCH", "/v1/memories/{entry_id}"): MEMORY_VALUES,
+    ("POST", "/v1/webhooks/{source}"): WEBHOOK_VALUES,
+    ("POST", "/v1/changes/{source}"): CHANGE_VALUES,
+    ("PUT", "/v1/catalog"): CATALOG_VALUES,
+    **dict.fromkeys([
+        ("POST", "/v1/erasures"), ("POST", "/v1/recall"), ("POST", "/v1/triage"), ("POST", "/v1/incidents"),
+        ("POST", "/v1/incidents/{incident_id}/findings"), ("POST", "/v1/incidents/{incident_id}/close"),
+        ("PATCH", "/v1/incidents/{incident_id}/findings/{finding_id}"), ("POST", "/v1/runbooks"),
+        ("POST", "/v1/runbooks/{runbook_id}/outcomes"), ("POST", "/v1/runbooks/{runbook_id}/feedback"),
+        ("POST", "/v1/signals"), ("PUT", "/v1/settings/rerank"), ("PUT", "/v1/settings/language"),
+        ("PATCH", "/v1/profile"), ("PATCH", "/v1/notes/{note_id}"), ("POST", "/v1/keys"),
+        ("PATCH", "/v1/settings/redaction"), ("POST", "/v1/webhooks/{source}/secrets"), ("POST", "/v1/tools/{name}"),
+        ("POST", "/v1/alert-groups/{group_id}/open"),
+    ], MAX_VALUES),
+}  # fmt: skip
 # A delivery's reader (`ingest`) refuses a payload nested too deeply itself, as the sender's malformed payload
-_DELIVERIES = {("POST", "webhooks", "*"), ("POST", "changes", "*")}
+DELIVERIES = {("POST", "/v1/webhooks/{source}"), ("POST", "/v1/changes/{source}")}
 
 
-def _shape(method: str, path: str) -> tuple[str, str, str | None]:
-    parts = path.removeprefix("/v1/").split("/")
-    return method, parts[0], None if len(parts) == 1 else "*" if len(parts) == 2 else "**"
+class Bound(NamedTuple):
+    """What a route's body may hold: `values` JSON values at most, nested at most MAX_DEPTH deep when `depth`."""
+
+    values: int
+    depth: bool
 
 
-def values_bound(method: str, path: str) -> int:
-    """The most JSON values a body sent with `method` to `path` (under /v1/) may hold."""
-    return _BOUNDS.get(_shape(method, path), MAX_VALUES)
+_ANY_OTHER = Bound(MAX_VALUES, depth=True)  # a route that takes no body, or a request no route takes
 
 
-def oversized(body: bytes, method: str, path: str) -> dict[str, Any] | None:
-    """The refusal (413, in the API's error shape) of a JSON body (UTF-8) holding more values than `method` to
-    `path` takes, or (but to a delivery) nested more than MAX_DEPTH deep; None for one to hand on. Counted unparsed
+class RouteBounds:
+    """The bound of each of `routes` (the API's), found for a request as the app finds its route: the first whose
+    method and path template match it. Looked up once per route, from `BOUNDS`."""
+
+    def __init__(self, routes: Iterable[APIRoute]) -> None:
+        self._routes = [
+            (method, route.path_regex, Bound(BOUNDS[key], key not in DELIVERIES) if key in BOUNDS else _ANY_OTHER)
+            for route in routes
+            for method in sorted(route.methods or ())
+            for key in [(method, route.path)]
+        ]
+
+    def of(self, method: str, path: str) -> Bound:
+        """The bound of the body of a request sent with `method` to `path`."""
+        return next((bound for each, pattern, bound in self._routes if each == method and pattern.match(path)),
+                    _ANY_OTHER)  # fmt: skip
+
+
+def oversized(body: bytes, bound: Bound, method: str, path: str) -> dict[str, Any] | None:
+    """The refusal (413, in the API's error shape) of a JSON body (UTF-8) sent with `method` to `path` that holds
+    more values than its route's `bound` takes, or is nested deeper; None for one to hand on. Counted unparsed
     (`grandbo.jsontext`): a few ms a MiB."""
-    bound = values_bound(method, path)
-    count = values_at_least(body, bound)
-    if count > bound:
-        said = f"holds at least {count:,} JSON values, more than {method} {path} takes ({bound:,})"
-    elif _shape(method, path) not in _DELIVERIES and nested_deeper(body, MAX_DEPTH):
+    count = values_at_least(body, bound.values)
+    if count > bound.values:
+        said = f"holds at least {count:,} JSON values, more than {method} {path} takes ({bound.values:,})"
+    elif bound.depth and nested_deeper(body, MAX_DEPTH):
         count, said = 0, f"nests arrays and objects more than {MAX_DEPTH} deep, more than {method} {path} takes"
     else:
         return None
     error = PayloadTooLargeError(
         f"The request body {said}. It was not parsed.",
-        detail={"values_at_least": count, "max_values": bound, "max_depth": MAX_DEPTH},
+        detail={"values_at_least": count, "max_values": bound.values, "max_depth": MAX_DEPTH},
     )
     refused = error.to_dict()
     refused["error"]["remedy"] = (

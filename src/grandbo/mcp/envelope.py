@@ -7,7 +7,9 @@ message about `params._meta` (the SDK took it for a 2026 request): both now say 
 Both transports ask `refusal` before the SDK reads the message. A message of more values than any request takes
 (`MAX_VALUES`), or nested deeper (`MAX_DEPTH`), is refused there too, on a worker thread for a large body: the SDK
 parses and checks a message on the event loop every organization's requests share, and one 1 MiB list or object
-held it 200-480 ms, once for each message a key sent (probe 27)."""
+held it 200-480 ms, once for each message a key sent (probe 27). An id over `MAX_ID_CHARS` is refused too (the
+answer repeated a 1 MB id whole), and over HTTP a body not sent as application/json gets a JSON-RPC error saying
+so (the SDK's was "Invalid Content-Type header", in plain text)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,8 @@ PARSE_ERROR, INVALID_REQUEST = -32700, -32600  # JSON-RPC 2.0's codes
 # A tool call's arguments hold a few hundred values at most (an incident's 100 symptoms, 100 alerts, 50 services),
 # an initialize a few dozen, and none nests deeper than a handful: these bounds are far past what any client sends
 MAX_VALUES, MAX_DEPTH = 10_000, 64
+# An id names its request in the answer, whole: a client's counter or UUID is a few dozen characters at most
+MAX_ID_CHARS = 256
 
 _SHAPE = "one JSON-RPC message: a JSON object with jsonrpc, id (a string or an integer), method and params"
 SUPPORTED_VERSIONS = (*HANDSHAKE_PROTOCOL_VERSIONS, *MODERN_PROTOCOL_VERSIONS)  # the SDK's, both eras
@@ -43,17 +47,30 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
     """The JSON-RPC error answering `raw`, one message as received, when the SDK would answer it with nothing or
     with no word of what to send; None for a message to hand on. `version`: its MCP-Protocol-Version header (HTTP).
     Its `id` is the message's when that is one, else null (JSON-RPC 2.0, 5)."""
+    return screen(raw, version)[0]
+
+
+def screen(raw: bytes | str, version: str | None = None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """`raw`'s `refusal` and None, or None and the message as parsed here (a JSON object), for a caller that reads
+    the message handed on (stdio's) without parsing it again."""
     if values_at_least(raw) > MAX_VALUES:  # refused unparsed: parsing holds the GIL, so the event loop, throughout
-        return _too_large(None, f"holds more than {MAX_VALUES:,} values")
+        return _too_large(None, f"holds more than {MAX_VALUES:,} values"), None
     if raw[:3] == codecs.BOM_UTF8 or raw[:1] == "\ufeff":  # Python reads past it, the SDK's parser does not
         return _error(None, PARSE_ERROR, f"Parse error: the message starts with a byte order mark (EF BB BF), which "
-                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one.")  # fmt: skip
+                      f"JSON-RPC over HTTP or stdio does not take. Send {_SHAPE}, without one."), None  # fmt: skip
     try:
         message = json.loads(raw)
     except RecursionError:
-        return _error(None, PARSE_ERROR, f"Parse error: the message is nested too deeply. Send {_SHAPE}.")
+        return _error(None, PARSE_ERROR, f"Parse error: the message is nested too deeply. Send {_SHAPE}."), None
     except ValueError as error:  # not JSON, or bytes that are not UTF-8
-        return _error(None, PARSE_ERROR, f"Parse error: the message is not JSON ({str(error)[:120]}). Send {_SHAPE}.")
+        said = f"Parse error: the message is not JSON ({str(error)[:120]}). Send {_SHAPE}."
+        return _error(None, PARSE_ERROR, said), None
+    answer = _refusal(message, version)
+    return (answer, None) if answer is not None else (None, message)
+
+
+def _refusal(message: Any, version: str | None) -> dict[str, Any] | None:
+    """`refusal` of a message parsed."""
     if isinstance(message, list):
         return _error(None, INVALID_REQUEST, "Invalid Request: a JSON-RPC batch (an array of messages) is not taken "
                       "(MCP has none since 2025-06-18). Send each message on its own.")  # fmt: skip
@@ -62,6 +79,10 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
                       f"Send {_SHAPE}.")  # fmt: skip
     given = message.get("id")
     known = given if _is_id(given) else None
+    if known is not None and (length := len(known if isinstance(known, str) else str(known))) > MAX_ID_CHARS:
+        return _error(None, INVALID_REQUEST, f"Invalid Request: the id is {length:,} characters long, more than "
+                      f"the {MAX_ID_CHARS} this server takes (an answer names its request by its id, in full). Send "
+                      "the request again with a shorter string or integer id: a counter, or a UUID.")  # fmt: skip
     if (size := _oversized(message)) is not None:
         return _too_large(known, size)
     if (wrong := _not_a_message(message)) is not None:
@@ -78,9 +99,14 @@ def refusal(raw: bytes | str, version: str | None = None) -> dict[str, Any] | No
                       "character outside the BMP as its surrogate pair.")  # fmt: skip
     if version is not None and version not in SUPPORTED_VERSIONS:
         return _unsupported(known, version)
-    method = message.get("method")
+    method, params = message.get("method"), message.get("params")
     if known is not None and isinstance(method, str) and _handshake_era(message, version):  # 2026's: the SDK's
-        return _invalid_params(known, method, message.get("params"), version or LATEST_HANDSHAKE_VERSION)
+        said = _invalid_params(known, method, params, version or LATEST_HANDSHAKE_VERSION)
+        if said is not None:
+            return said
+    if "method" in message and not isinstance(params, dict | None):  # the SDK's reader dropped it: no answer came
+        return _error(known, INVALID_REQUEST, f"Invalid Request: params must be an object (MCP names each parameter), "
+                      f"not {json.dumps(params)[:40]}. Send {_SHAPE}.")  # fmt: skip
     return None
 
 
@@ -132,11 +158,10 @@ def _handshake_era(message: dict[str, Any], version: str | None) -> bool:
     )
 
 
-def uninitialized(raw: bytes | str) -> tuple[dict[str, Any] | None, bool]:
-    """Before a stdio session's initialize, of a message `refusal` let through: its answer (None: hand it on), and
-    whether it is the initialize. The SDK refused a request there with -32602 "Invalid request parameters" and
-    `data: ""`, which named neither the cause nor the remedy."""
-    message = json.loads(raw)
+def uninitialized(message: dict[str, Any]) -> tuple[dict[str, Any] | None, bool]:
+    """Before a stdio session's initialize, of a message `screen` let through (as it parsed it): its answer (None:
+    hand it on), and whether it is the initialize. The SDK refused a request there with -32602 "Invalid request
+    parameters" and `data: ""`, which named neither the cause nor the remedy."""
     method = message.get("method")
     if method in ("initialize", "ping"):  # the SDK answers a ping before the initialize
         return None, method == "initialize"
@@ -193,11 +218,19 @@ def _error(message_id: str | int | None, code: int, said: str) -> dict[str, Any]
 
 
 async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
-    """The HTTP request handed to `app` (the SDK's) unless its body is a batch or has a `refusal`: a batch gets a
-    400 in the API's error shape (the SDK answered pydantic's report of four validation errors), a refusal a 400
-    with the JSON-RPC error. Only a POST carries a message, read whole here (`api.bodies.BodyLimit` bounds it)."""
+    """The HTTP request handed to `app` (the SDK's) unless its body is a batch or has a `refusal`, or is not sent as
+    JSON: a batch gets a 400 in the API's error shape (the SDK answered pydantic's report of four validation errors),
+    a refusal a 400 with the JSON-RPC error, another Content-Type a 415 with one. Only a POST carries a message,
+    read whole here (`api.bodies.BodyLimit` bounds it)."""
     if scope.get("method") != "POST":
         await app(scope, receive, send)
+        return
+    kind = _header(scope, b"content-type") or ""
+    if not kind.lower().startswith("application/json"):  # the SDK's check; it answered 400 in plain text, no JSON-RPC
+        sent = f"as {json.dumps(kind[:60])}" if kind else "without a Content-Type"
+        await _send(send, _error(None, INVALID_REQUEST, f"Invalid Request: the message was sent {sent}; this "
+                                 "endpoint reads JSON only. Send it with the header Content-Type: application/json."),
+                    415)  # fmt: skip
         return
     received: list[Message] = []
     while not received or (received[-1].get("type") == "http.request" and received[-1].get("more_body", False)):
@@ -208,8 +241,7 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
         refused["error"]["remedy"] = "Send each JSON-RPC message in a POST of its own."
         await _send(send, refused)
         return
-    version = next((value.decode("latin-1") for name, value in scope.get("headers") or []
-                    if name == b"mcp-protocol-version"), None)  # fmt: skip
+    version = _header(scope, b"mcp-protocol-version")
     # A large body is read on a thread, as `api.clean` reads one: the event loop goes on meanwhile
     large = len(body) > LARGE_REQUEST_BYTES
     answer = await run_in_threadpool(refusal, body, version) if large else refusal(body, version)
@@ -223,6 +255,11 @@ async def screened(app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> 
         return received.pop(0) if received else await receive()
 
     await app(scope, again, send)
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    """The first header `name` of the request, as Starlette's `Headers.get` reads it (what the SDK reads)."""
+    return next((value.decode("latin-1") for each, value in scope.get("headers") or [] if each == name), None)
 
 
 async def _send(send: Send, body: dict[str, Any], status: int = 400) -> None:

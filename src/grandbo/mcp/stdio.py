@@ -1,4 +1,4 @@
-"""`grandbo mcp`: the SDK's stdio transport, each line screened first (`envelope.refusal`). The SDK's reader turned a
+"""`grandbo mcp`: the SDK's stdio transport, each line screened first (`envelope.screen`). The SDK's reader turned a
 line it could not read (not JSON, a batch, a lone surrogate) into an exception its session only logged, and a
 request with a null id into a notification: nothing went back and the agent waited for ever. Such a line is
 answered here with its JSON-RPC error, through the SDK's own writer (one writer: frames never interleave), as is
@@ -21,16 +21,9 @@ from mcp.server.stdio import stdio_server
 from mcp.shared.dispatcher import coerce_request_id
 from mcp.shared.jsonrpc_dispatcher import cancelled_request_id_from_params
 from mcp.shared.message import SessionMessage
-from mcp_types import (
-    JSONRPCError,
-    JSONRPCNotification,
-    JSONRPCRequest,
-    JSONRPCResponse,
-    RequestId,
-    jsonrpc_message_adapter,
-)
+from mcp_types import JSONRPCError, JSONRPCResponse, RequestId, jsonrpc_message_adapter
 
-from grandbo.mcp.envelope import refusal, uninitialized
+from grandbo.mcp.envelope import screen, uninitialized
 
 # How long the end of stdin waits for the answers of requests still running: a tool call that never ends (or a long
 # lived method but `subscriptions/listen`) no longer keeps the process alive after its input ended
@@ -105,7 +98,7 @@ class _Answering:
 
 
 class _Screened:
-    """The lines of stdin as the SDK's reader iterates them, less those `refusal` answers (answered here), ending
+    """The lines of stdin as the SDK's reader iterates them, less those `screen` answers (answered here), ending
     once stdin has and the requests handed on are all answered."""
 
     def __init__(self, unanswered: _Unanswered) -> None:
@@ -119,11 +112,11 @@ class _Screened:
             line = raw.decode("utf-8", "replace")  # as the SDK decodes stdin
             if not line.strip():
                 continue
-            answer = refusal(line)
-            if answer is None and not self.initialized:
-                answer, self.initialized = uninitialized(line)
-            if answer is None:
-                self._note(line)
+            answer, message = screen(line)
+            if message is not None and not self.initialized:
+                answer, self.initialized = uninitialized(message)
+            if answer is None and message is not None:
+                self._note(message)
                 yield line
                 continue
             await self.ready.wait()
@@ -134,16 +127,17 @@ class _Screened:
             print(f"grandbo mcp: input ended; requests unanswered after {ANSWERS_WAIT_S:.0f} s were cancelled",
                   file=sys.stderr)  # fmt: skip
 
-    def _note(self, line: str) -> None:
+    def _note(self, message: dict[str, Any]) -> None:
         """Count a request the SDK is to answer; a cancelled one it will not (MCP: no answer after a cancel). A listen
-        stream is not counted: only the client's leaving ends it, so the end of stdin is not held for it."""
-        try:
-            message = jsonrpc_message_adapter.validate_json(line, by_name=False)
-        except ValueError:
-            return  # the SDK's reader drops it as well
-        if isinstance(message, JSONRPCRequest) and message.method != "subscriptions/listen":
-            self._unanswered.asked(message.id)
-        elif isinstance(message, JSONRPCNotification) and message.method == "notifications/cancelled":
-            cancelled = cancelled_request_id_from_params(message.params)
+        stream is not counted: only the client's leaving ends it, so the end of stdin is not held for it. `message`
+        is one `screen` handed on, so its "jsonrpc", "method", "id" and "params" are as the SDK's types take them."""
+        method = message.get("method")
+        if method is None:
+            return  # a response
+        if "id" in message:  # a request: with an id, the SDK's parser takes any method for one
+            if method != "subscriptions/listen":
+                self._unanswered.asked(message["id"])
+        elif method == "notifications/cancelled":
+            cancelled = cancelled_request_id_from_params(message.get("params"))
             if cancelled is not None:
                 self._unanswered.settled(cancelled)

@@ -411,3 +411,8 @@ def _by_score_then_id(hits: list[Hit], scores: list[float], digits: int) -> list
         return hits
     order = sorted(range(len(hits)), key=lambda i: (-keys[i], hits[i].entry_id))
     return [hits[i] for i in order]
+
+
+def space_of(index: OrgIndex) -> EmbeddingSpace | None:
+    """The space the index answers for: that of the vectors it holds, or awaits."""
+    return index.space if index.space is not None else index.awaiting

@@ -11,7 +11,6 @@ for its entries.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import threading
 import weakref
 import zipfile
@@ -23,15 +22,15 @@ import structlog
 
 from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
-from grandbo.retrieval.bound import MemoryBound
-from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, entries_of, entries_size, vectors_at
+from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, space_of, vectors_at
 from grandbo.retrieval.org_locks import OrgLocks
 from grandbo.retrieval.quiet import Quiet
+from grandbo.retrieval.read_ahead import ReadAhead
 
 log = structlog.get_logger(__name__)
 
 
-class IndexKeeper(MemoryBound):
+class IndexKeeper(ReadAhead):
     """Every organization's OrgIndex over one store. An org's index holds the vectors its feed offers (the space
     in its marks) and computes the vector arm over them; where the feed offers none (a Postgres org large enough
     for its HNSW index: `PostgresStore.marks`), the index holds the lexical arm and the entry cache only, and the
@@ -61,7 +60,6 @@ class IndexKeeper(MemoryBound):
     # After a purge, an org's image is saved again once no purge came for this long: a purge deletes it under the
     # store's write lock (at 20,000 entries every org waited 120-230 ms), and a purge loop kept the save thread busy.
     PURGE_QUIET_SECONDS = 10.0
-    PRECACHE_CHUNK = 500  # entries `_precache` reads and caches at once (the index's lock held for one chunk)
 
     def __init__(
         self, feed: IndexFeed, *, max_bytes: int = 1 << 30, seen: Callable[[str, int | None], None] | None = None,
@@ -190,7 +188,7 @@ class IndexKeeper(MemoryBound):
         return (
             index.epoch != marks.epoch
             or index.language != marks.language
-            or _space_of(index) != marks.space
+            or space_of(index) != marks.space
             or index.entry_seq != marks.entry_seq
             or (index.space is not None and index.vector_seq != marks.vector_seq)
         )
@@ -209,7 +207,7 @@ class IndexKeeper(MemoryBound):
             index is None
             or index.epoch != marks.epoch
             or index.language != marks.language
-            or _space_of(index) != marks.space
+            or space_of(index) != marks.space
             or marks.entry_seq < index.entry_seq
             # The vectors' mark goes back with rows written since in one case: a purge deleted the org's newest
             # vector (the embedded store's mark is the highest held), and the purged row, applied, drops it.
@@ -361,50 +359,6 @@ class IndexKeeper(MemoryBound):
                 self._saving.discard(org_id)
                 self._leaving.pop(org_id, None)
 
-    def _precache_if_owed(self, org_id: str, index: OrgIndex) -> None:
-        if not index.precache_owed:
-            return
-        index.precache_owed = False
-        with self._lock:
-            if not self._fetches_closed:
-                self._fetcher.submit(self._precache, org_id)  # its name: the bound may let the index go meanwhile
-
-    def _precache(self, org_id: str) -> None:
-        """Cache a new index's entries (it leaves them to the reads, `_apply`), the newest first, on the fetch thread
-        after a later read, so that a topic asked first reads none of its entries: from one snapshot at the
-        index's marks (none once a refresh applied rows since: a write, a purge or an erasure uncaches what it
-        changed only in what is cached when it applies), a chunk at a time, while the kept indexes stay within the
-        bound (never letting another's caches go for it)."""
-        # Held weakly between chunks: an index the bound lets go meanwhile must not be kept alive here (`_evict`).
-        with self._lock:
-            kept = self._indexes.get(org_id)
-        if kept is None:
-            return
-        held, limit = weakref.ref(kept), kept.ENTRY_PREFILL
-        del kept
-        try:
-            with self._feed.snapshot(org_id, vectors=False) as snapshot:
-                at = snapshot.marks
-                records = iter(snapshot.recent(0, limit))
-                while chunk := list(itertools.islice(records, self.PRECACHE_CHUNK)):
-                    entries = entries_of(chunk)
-                    index = held()
-                    if index is None or not self._precaching(org_id, index, entries_size(entries.values())):
-                        return
-                    with index.lock:
-                        if (index.entry_seq, index.epoch, _space_of(index)) != (at.entry_seq, at.epoch, at.space):
-                            return
-                        index.cache_behind(entries)
-                    self._account(org_id, index)
-                    del index
-        except Exception as error:  # a cache: the reads read the entries instead
-            log.warning("index.entries_not_precached", org_id=org_id, error=str(error)[:200])
-
-    def _precaching(self, org_id: str, index: OrgIndex, size: int) -> bool:
-        """Whether `index` is still the org's kept one, and `size` more bytes fit the bound."""
-        with self._lock:
-            return self._indexes.get(org_id) is index and self._total + size <= self.max_bytes
-
     def _fetch_if_awaited(self, org_id: str, index: OrgIndex) -> None:
         if index.awaiting is None:
             return
@@ -443,8 +397,3 @@ class IndexKeeper(MemoryBound):
         finally:
             with self._lock:
                 self._fetching.pop(org_id, None)
-
-
-def _space_of(index: OrgIndex) -> EmbeddingSpace | None:
-    """The space the index answers for: that of the vectors it holds, or awaits."""
-    return index.space if index.space is not None else index.awaiting
