@@ -1,6 +1,7 @@
 """The real local model (all-MiniLM-L6-v2 through fastembed), prepared by `make setup`."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -29,6 +30,15 @@ def test_local_provider_embeds_meaning(tmp_path, model_dir):
     )
     assert len(cache) == 384 and np.linalg.norm(cache) == pytest.approx(1.0, abs=1e-5)
     assert float(np.dot(cache, paraphrase)) > float(np.dot(cache, other)) + 0.2
+
+
+def test_the_tokenizer_runs_on_the_callers_thread_unless_the_operator_says(tmp_path):
+    script = "import os, grandbo.embeddings.local; print(os.environ.get('TOKENIZERS_PARALLELISM'))"
+    env = {key: value for key, value in os.environ.items() if key != "TOKENIZERS_PARALLELISM"}
+    unset = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
+    chosen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                            env={**env, "TOKENIZERS_PARALLELISM": "true"})  # fmt: skip
+    assert (unset.stdout.strip(), chosen.stdout.strip()) == ("false", "true")
 
 
 def test_missing_model_names_the_command_that_prepares_it(tmp_path):
