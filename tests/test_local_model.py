@@ -1,6 +1,7 @@
 """The real local model (all-MiniLM-L6-v2 through fastembed), prepared by `make setup`."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -9,7 +10,7 @@ import pytest
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
-from grandbo.embeddings.local import MODEL_FILE
+from grandbo.embeddings.local import MODEL_FILE, MODEL_NAME
 from grandbo.embeddings.prepare import MANIFEST, made_from, prepare
 from grandbo.errors import ModelNotPreparedError
 from grandbo.eval.runner import evaluate, shipped_set
@@ -29,6 +30,30 @@ def test_local_provider_embeds_meaning(tmp_path, model_dir):
     )
     assert len(cache) == 384 and np.linalg.norm(cache) == pytest.approx(1.0, abs=1e-5)
     assert float(np.dot(cache, paraphrase)) > float(np.dot(cache, other)) + 0.2
+
+
+@pytest.mark.parametrize("threads", [1, None])
+def test_the_models_threads_wait_asleep_and_the_vectors_stay_fastembeds(tmp_path, model_dir, threads):
+    from fastembed import TextEmbedding
+
+    provider = get_provider("local", Settings(home=tmp_path, local_model_dir=model_dir, local_threads=threads))
+    texts = ["redis evicted the session keys", "checkout latency after the deploy", "disk full on db-1"]
+    vectors = [provider.embed(texts[:n], "query") for n in (1, 3)]
+    # ONNX Runtime's threads spin between calls unless told not to (a many-threaded session burned the cores).
+    session = provider._model.model.model  # type: ignore[attr-defined]
+    assert session.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    fastembed = TextEmbedding(MODEL_NAME, specific_model_path=str(model_dir), local_files_only=True, threads=threads)
+    assert all(np.array_equal(np.array(got), np.array(list(fastembed.embed(texts[: len(got)]))))
+               for got in vectors)  # fmt: skip
+
+
+def test_the_tokenizer_runs_on_the_callers_thread_unless_the_operator_says(tmp_path):
+    script = "import os, grandbo.embeddings.local; print(os.environ.get('TOKENIZERS_PARALLELISM'))"
+    env = {key: value for key, value in os.environ.items() if key != "TOKENIZERS_PARALLELISM"}
+    unset = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env)
+    chosen = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True,
+                            env={**env, "TOKENIZERS_PARALLELISM": "true"})  # fmt: skip
+    assert (unset.stdout.strip(), chosen.stdout.strip()) == ("false", "true")
 
 
 def test_missing_model_names_the_command_that_prepares_it(tmp_path):
