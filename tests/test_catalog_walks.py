@@ -54,3 +54,13 @@ def test_closest_walks_from_a_questions_services_together_as_from_each():
         each = [topology.distance(a, b) for a in ours for b in theirs]
         assert topology.closest(ours, theirs) == min((d for d in each if d is not None), default=None)
     assert topology.closest(["unknown"], ["unknown"]) == 0 and topology.closest(["s001"], []) is None
+
+
+def test_around_walks_no_farther_than_asked_and_finds_what_distance_finds():
+    rng = random.Random(5)
+    names = [f"s{n:03d}" for n in range(300)]
+    topology = Topology(Service(name=name, depends_on=rng.sample(names, 2)) for name in names)
+    for service in names[:20]:
+        near = {name: hops for name in names if (hops := topology.distance(service, name)) is not None and hops <= 2}
+        assert topology.around(service, 2) == near
+    assert topology.around("unknown", 2) == {"unknown": 0}

@@ -129,7 +129,9 @@ class Topology:
     def around(self, service: str, hops: int) -> dict[str, int]:
         """The services at most `hops` from `service` (`distance`), by hops, itself at 0: an unknown service is
         around itself only. What asking `distance` of every service would find, without asking each."""
-        return {name: away for name, away in self._reach(service).items() if away <= hops}
+        if service not in self._neighbours:
+            return {service: 0}
+        return self._walk("both", (service,), self._neighbours, hops)  # no farther: grouping asks of every alert
 
     def upstream(self, service: str) -> dict[str, int]:
         """What `service` depends on at any depth, by the fewest hops along its dependencies, itself at 0; a cycle
@@ -144,22 +146,26 @@ class Topology:
         """The hops from `source` to each service it reaches, itself at 0: an unknown service reaches itself only."""
         return self._walk("both", (source,), self._neighbours) if source in self._neighbours else {source: 0}
 
-    def _walk(self, kind: str, sources: tuple[str, ...], edges: Mapping[str, set[str]]) -> dict[str, int]:
-        """Breadth first from `sources` along `edges`: each service reached at its fewest hops from the nearest
-        source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all)."""
-        found = self._walks.get((kind, sources))
+    def _walk(
+        self, kind: str, sources: tuple[str, ...], edges: Mapping[str, set[str]], hops: int | None = None
+    ) -> dict[str, int]:
+        """Breadth first from `sources` along `edges`, `hops` deep at most: each service reached at its fewest hops
+        from the nearest source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all)."""
+        found = self._walks.get((kind, sources, hops))
         if found is None:
             found = dict.fromkeys(sources, 0)
             queue, looked = deque(sources), 0
             while queue and looked < WALK_EDGES:
                 current = queue.popleft()
+                if hops is not None and found[current] >= hops:
+                    continue
                 nexts = edges.get(current, ())
                 looked += len(nexts)
                 for nxt in nexts:
                     if nxt not in found:
                         found[nxt] = found[current] + 1
                         queue.append(nxt)
-            self._walks.put((kind, sources), found)
+            self._walks.put((kind, sources, hops), found)
         return found
 
     def closest(self, ours: Iterable[str], theirs: Iterable[str]) -> int | None:
@@ -195,18 +201,18 @@ class _Walks:
     services in all. A topology is shared by its org's requests: one lock."""
 
     def __init__(self) -> None:
-        self._kept: OrderedDict[tuple[str, tuple[str, ...]], dict[str, int]] = OrderedDict()
+        self._kept: OrderedDict[tuple[str, tuple[str, ...], int | None], dict[str, int]] = OrderedDict()
         self.held = 0
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, tuple[str, ...]]) -> dict[str, int] | None:
+    def get(self, key: tuple[str, tuple[str, ...], int | None]) -> dict[str, int] | None:
         with self._lock:
             found = self._kept.get(key)
             if found is not None:
                 self._kept.move_to_end(key)
             return found
 
-    def put(self, key: tuple[str, tuple[str, ...]], walk: dict[str, int]) -> None:
+    def put(self, key: tuple[str, tuple[str, ...], int | None], walk: dict[str, int]) -> None:
         with self._lock:
             if key in self._kept:  # walked by another request meanwhile
                 return
