@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 
+from grandbo.cli.terminal import guard
 from grandbo.config import PYTHON_YOUNG_OBJECTS, Settings
 from grandbo.config_serving import MIN_RATE
 from grandbo.errors import GrandboError, InvalidInputError
@@ -56,6 +57,7 @@ def _root(
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
+    guard()  # on a terminal, the text an org's senders wrote is shown, never run as the terminal's commands
     try:
         state.settings = Settings()
     except ValidationError as error:  # one line per setting, never pydantic's report (nor a value: it may be a secret)
