@@ -29,9 +29,9 @@ from tests.conftest import reset_postgres
 NOTE = "note"  # a collection recall's facts are not made of
 
 
-@pytest.fixture
-def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The transactions this thread begins through psycopg from now on, each as the statements sent in it."""
+def _recorded(monkeypatch: pytest.MonkeyPatch, *, here: bool) -> list[list[str]]:
+    """The transactions begun through psycopg from now on, each as the statements sent in it: this thread's (`here`),
+    else the other threads'."""
     begun: list[list[str]] = []
     current: dict[int, list[str]] = {}  # by connection: the statements of its transaction begun last
     thread = threading.get_ident()
@@ -39,19 +39,32 @@ def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     def entered(self):  # type: ignore[no-untyped-def]
         idle = self.connection.info.transaction_status == pq.TransactionStatus.IDLE
-        if threading.get_ident() == thread and idle:  # not a savepoint
+        if (threading.get_ident() == thread) == here and idle:  # not a savepoint
             begun.append([])
             current[id(self.connection)] = begun[-1]
         return enter(self)
 
     def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == thread and id(self.connection) in current and str(query):  # not the pool's check
+        mine = (threading.get_ident() == thread) == here
+        if mine and id(self.connection) in current and str(query):  # not the pool's check
             current[id(self.connection)].append(str(query))
         return execute(self, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Transaction, "__enter__", entered)
     monkeypatch.setattr(psycopg.Cursor, "execute", executed)
     return begun
+
+
+@pytest.fixture
+def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The transactions this thread begins through psycopg from now on, each as the statements sent in it."""
+    return _recorded(monkeypatch, here=True)
+
+
+@pytest.fixture
+def elsewhere(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The transactions other threads begin through psycopg from now on (a recall's helper threads)."""
+    return _recorded(monkeypatch, here=False)
 
 
 def _reads_documents(statements: list[str]) -> bool:
@@ -113,12 +126,13 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
 
 
 @pytest.mark.postgres
-def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(postgres, transactions):
+def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(postgres, transactions, elsewhere):
     """An org loaded from its image (without its vectors: the store searches them) is recalled in three
     transactions, on a pool of one connection: the index's marks and image; the facts (their stamp read once, the
-    settings' two documents in one statement), converted once it is over; one read-only transaction for the vector
-    arm, the backlog, the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of
-    them that did not join would wait for the pool's only connection, which the block holds."""
+    settings' two documents in one statement), converted once it is over; one read-only transaction for the backlog,
+    the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of them that did not
+    join would wait for the pool's only connection, which the block holds. The vector arm is searched in a fourth, of
+    its own, on a helper thread begun before the image is read (`OrgSearch.ahead`): before, it joined the third."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
@@ -126,6 +140,7 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
     with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
         memory = grandbo.org("acme")
         transactions.clear()
+        elsewhere.clear()
         loaded = memory.recall(topic, 5)
         recalled = list(transactions)
         assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
@@ -138,16 +153,47 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
     assert len([sql for sql in facts if "SELECT (SELECT epoch FROM orgs" in sql]) == 1, facts
     assert len([sql for sql in facts if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, facts  # settings
     assert len(facts) == 5, facts
-    # One first statement: the org, READ ONLY and the vector search's settings set, the schema fence read.
-    assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 4, reads[0]
+    # One first statement: the org and READ ONLY set, the schema fence read.
+    assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 2, reads[0]
     assert sum("set_config" in sql for sql in reads) == 1, reads
-    assert [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
+    assert not [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
     assert [sql for sql in reads if "GROUP BY" in sql]
     (entries,) = [sql for sql in reads if "entry_id = ANY" in sql]
     assert "content_hash" in entries and "terms" not in entries, entries  # what an Entry is made of, not the index's
     stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
     assert len(stamps) == 1, reads  # the ledger's version after its count
-    assert len(reads) == 7, reads  # with the odd outcomes' read (`ledger_odd`)
+    assert len(reads) == 6, reads  # with the odd outcomes' read (`ledger_odd`)
+    # The vector arm's: its settings (the org, the HNSW scan's) and the schema fence, then the search.
+    (vector,) = elsewhere
+    assert len(vector) == 2 and vector[0].count("set_config") == 3 and "<=>" in vector[1], vector
+
+
+@pytest.mark.postgres
+def test_a_first_recall_searches_the_vectors_while_its_index_image_loads(postgres, monkeypatch):
+    """An org's first recall in a process begins its vector search (in the store: the index is made without the
+    vectors) as soon as the org's marks are read, and the store answers it while the image becomes the index: the
+    index is made (`IndexKeeper.building`, after the image is decoded) only once the search was answered. Before, the
+    search was sent after the index was made, so this waited for it in vain. The answer is the same."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    answered, execute = threading.Event(), psycopg.Cursor.execute
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        cursor = execute(self, query, params, **kwargs)
+        if "<=>" in str(query):
+            answered.set()
+        return cursor
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    with Grandbo.open(postgres) as grandbo:
+        made: list[bool] = []
+        grandbo._keeper.building = lambda org: made.append(answered.wait(10))
+        loaded = grandbo.org("acme").recall(topic, 5)
+        assert grandbo._keeper.counts["loaded"] == 1
+    assert made == [True]
+    assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]
 
 
 @pytest.mark.postgres

@@ -147,6 +147,12 @@ class IndexKeeper(MemoryBound):
         seen(marks.incarnation)
         return marks
 
+    def keeps(self, org_id: str) -> bool:
+        """Whether this process holds an index of the org (kept, or held still by a save or a read): where it does not,
+        the org's next read makes one, without its vectors if `lazy_vectors` (the store then searches them)."""
+        with self._lock:
+            return org_id in self._indexes or org_id in self._leaving or org_id in self._gone
+
     def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:
             index = self._indexes.get(org_id)
