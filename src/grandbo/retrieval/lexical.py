@@ -145,8 +145,8 @@ class LexicalIndex:
         order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
         doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
         np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
-        lengths = self._doc_len[: self._n_docs][active]
-        image = LexicalImage(vocabulary, (indptr, rows, counts), (doc_indptr, terms[order], counts[order]), lengths)
+        documents, lengths = (doc_indptr, terms[order], counts[order]), self._doc_len[: self._n_docs][active]
+        image = LexicalImage(vocabulary, (indptr, rows, counts), documents, lengths, sorted_terms=True)
         return image, np.flatnonzero(active)
 
     def nbytes(self) -> int:

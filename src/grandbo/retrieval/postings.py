@@ -90,7 +90,7 @@ class LexicalImage:
     postings: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
     documents: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
     lengths: npt.NDArray[Any]
-    sorted_terms: bool = True
+    sorted_terms: bool = False
 
 
 def image_of(documents: Iterable[Sequence[str]]) -> LexicalImage:
@@ -120,7 +120,7 @@ def image_of(documents: Iterable[Sequence[str]]) -> LexicalImage:
     del row_of, by_term  # the peak: four bytes a posting for each array, eight for the sort's order
     # Doc-major as read: each document's terms in the order first met (an image's are by id; either serves).
     lengths_of = np.frombuffer(lengths, dtype=np.int32)
-    return LexicalImage(list(vocabulary), postings, (doc_indptr, term_of, tf_of), lengths_of, sorted_terms=False)
+    return LexicalImage(list(vocabulary), postings, (doc_indptr, term_of, tf_of), lengths_of)
 
 
 def by_name(
