@@ -132,7 +132,7 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
     settings' two documents in one statement), converted once it is over; one read-only transaction for the backlog,
     the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of them that did not
     join would wait for the pool's only connection, which the block holds. The vector arm is searched in a fourth, of
-    its own, on a helper thread begun before the image is read (`OrgSearch.ahead`): before, it joined the third."""
+    its own, on a helper thread, while the facts are read (`OrgSearch.ahead`): before, it joined the third."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
@@ -169,18 +169,21 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
 
 
 @pytest.mark.postgres
-def test_a_first_recall_searches_the_vectors_while_its_index_image_loads(postgres, monkeypatch):
-    """An org's first recall in a process begins its vector search (in the store: the index is made without the
-    vectors) as soon as the org's marks are read, and the store answers it while the image becomes the index: the
-    index is made (`IndexKeeper.building`, after the image is decoded) only once the search was answered. Before, the
-    search was sent after the index was made, so this waited for it in vain. The answer is the same."""
+def test_a_first_recall_searches_the_vectors_while_it_reads_the_orgs_facts(postgres, monkeypatch):
+    """An org's first recall in a process, loaded from its image without its vectors, begins their search in the store
+    on a helper thread once the index is made, and the store answers it while the recall reads the org's facts: each
+    read of them here waits for that answer. Before, the search was sent after them, and they waited in vain. The
+    answer is the same."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
         built = grandbo.org("acme").recall(topic, 5)
-    answered, execute = threading.Event(), psycopg.Cursor.execute
+    answered, waited, execute = threading.Event(), [], psycopg.Cursor.execute
+    thread = threading.get_ident()
 
     def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and _reads_documents([str(query)]):
+            waited.append(answered.wait(10))
         cursor = execute(self, query, params, **kwargs)
         if "<=>" in str(query):
             answered.set()
@@ -188,11 +191,9 @@ def test_a_first_recall_searches_the_vectors_while_its_index_image_loads(postgre
 
     monkeypatch.setattr(psycopg.Cursor, "execute", executed)
     with Grandbo.open(postgres) as grandbo:
-        made: list[bool] = []
-        grandbo._keeper.building = lambda org: made.append(answered.wait(10))
         loaded = grandbo.org("acme").recall(topic, 5)
         assert grandbo._keeper.counts["loaded"] == 1
-    assert made == [True]
+    assert waited and all(waited), waited
     assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]
 
 

@@ -89,10 +89,9 @@ class Recall:
         started, now = time.perf_counter(), now or utcnow()  # the question's time: the ages re-ranking weighs
         notes: list[str] = []
         timings = RecallTimings()
-        # An org this process keeps no index of: its topic embedded first, its vectors searched in the store while its
-        # index's image is read and decoded (`OrgSearch.ahead`).
-        early = self._early(topic, arm, timings, notes)
-        view = self._search.view(early[1] if early else None)
+        cold = arm is not Arm.LEXICAL and self._search.searches_ahead()  # the org's first read in this process
+        view = self._search.view()
+        early = self._early(view, topic, timings, notes) if cold else None
         key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
         # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
@@ -150,7 +149,7 @@ class Recall:
     ) -> tuple[list[LexicalHit], list[VectorHit], Query | None, Unjudged]:
         """Both arms' candidates for `topic` as `arm` asks, the query's vector, why there is no verdict (None: there
         is one): what an answer rests on before its re-ranking, which alike alerts share (`retrieval.shared`).
-        `early`: the query's vector embedded before the view, and its search in the store begun (`_early`)."""
+        `early`: the query's vector, embedded already, and its search in the store begun (`_early`)."""
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
         ahead = early[1] if early else None
@@ -351,15 +350,13 @@ class Recall:
         policy = self._policy.vector
         return policy.limit, provider.min_similarity if policy.min_similarity is None else policy.min_similarity
 
-    def _early(self, topic: str, arm: Arm, timings: RecallTimings, notes: list[str]) -> Early:
-        """Where the org's next view leaves its vector arm to the store (`OrgSearch.ahead`, its first read in this
-        process): the topic's vector (None with a note: the provider gave none) and its search to begin; else None."""
-        if arm is Arm.LEXICAL or not self._search.searches_ahead():
-            return None
+    def _early(self, view: OrgIndex, topic: str, timings: RecallTimings, notes: list[str]) -> Early:
+        """The topic's vector (None with a note: the provider gave none) and, where the org's new `view` leaves its
+        vector arm to the store, its search begun, run while this thread reads the org's facts (`OrgSearch.ahead`)."""
         query = self._query_vector(topic, timings, notes)
         if query is None:
             return None, None
-        return query, self._search.ahead(space_of(query[0]), query[1], *self._vector_bounds(query[0]))
+        return query, self._search.ahead(view, space_of(query[0]), query[1], *self._vector_bounds(query[0]))
 
     def _fuse(
         self, view: OrgIndex, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int

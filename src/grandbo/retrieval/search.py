@@ -54,33 +54,27 @@ class OrgSearch:
         the lexical arm after each one: slower than taking turns."""
         return self._store_search(view) is None
 
-    def view(self, ahead: VectorAhead | None = None) -> OrgIndex:
-        """The org's index, fresh; `ahead` begun the moment its read of the org's marks told the org's incarnation
-        (`seen`): a handle opened for a known incarnation reads nothing else of the org before (`Incarnation`)."""
-        if ahead is None:
-            return self._keeper.fresh(self._org, self._seen)
-
-        def seen(found: int | None) -> None:
-            self._seen(found)
-            ahead.begin()
-
-        return self._keeper.fresh(self._org, seen)
+    def view(self) -> OrgIndex:
+        return self._keeper.fresh(self._org, self._seen)
 
     def searches_ahead(self) -> bool:
-        """Whether the next `view` is the org's first read in this process, which leaves the vector arm to the store
-        (the org's index made from its image without its vectors, `IndexKeeper.lazy_vectors`): its search can then
-        begin ahead (`ahead`) and run while this thread reads and decodes the image."""
+        """Whether the next `view` is the org's first read in this process and may leave the vector arm to the store
+        (the org's index made from its image without its vectors, `IndexKeeper.lazy_vectors`): a recall then begins
+        the search ahead (`ahead`), to run while it reads the org's facts."""
         return self._native is not None and self._keeper.lazy_vectors and not self._keeper.keeps(self._org)
 
     def ahead(
-        self, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
-    ) -> VectorAhead:
-        """The store's search of `query`, for `view` to begin and `vector` to answer with (2-3 ms of an org's first
-        recall, ~30 ms at 2,000 entries, off its path). Where the view computes the vector arm after all (the org
-        had no image to load: its index is built with its vectors), it is not asked for."""
-        native = self._native
-        assert native is not None  # `searches_ahead`
-        return VectorAhead(lambda: native.vector_search(self._org, space, query, limit, min_similarity))
+        self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> VectorAhead | None:
+        """The store's search of `query` begun on a helper thread, for `vector` to answer with, where `view` leaves the
+        vector arm to the store (else None): pgvector scans while the caller goes on (2-3 ms of an org's first
+        recall, ~30 ms at 2,000 entries). In a transaction and on a pooled connection of its own, which set the org as
+        every transaction does (row-level security); the view has confirmed the org's incarnation (`Incarnation`)."""
+        if (native := self._store_search(view)) is None:
+            return None
+        ahead = VectorAhead(lambda: native.vector_search(self._org, space, query, limit, min_similarity))
+        ahead.begin()
+        return ahead
 
     def purged(self) -> None:
         """An entry of the org was purged (`IndexKeeper.purged`)."""
@@ -188,8 +182,7 @@ class OrgSearch:
 
 
 class VectorAhead:
-    """One recall's vector search in the store, begun on a helper thread (`OrgSearch.ahead`): its own transaction and
-    pooled connection, which set the org as every transaction does (row-level security)."""
+    """One recall's vector search in the store, begun on a helper thread (`OrgSearch.ahead`)."""
 
     def __init__(self, search: Callable[[], list[VectorHit]]) -> None:
         self._search = search
