@@ -21,7 +21,7 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
-from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
+from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, FeedSnapshot, IndexRow, LexicalHit, VectorHit
 from grandbo.retrieval.codes import NAMES, SLACK, slack
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
@@ -178,6 +178,22 @@ class OrgIndex:
         self._entries.clear()
         self._entry_bytes = 0
         self._lexical.drop_caches()
+
+    def apply(self, snapshot: FeedSnapshot, new: bool) -> None:
+        """Bring the index up to the snapshot's marks: the rows and vectors written since its own (`IndexKeeper`).
+        `new`: an index just made, which leaves its entries to the reads (no row parsed that no recall returns)."""
+        marks = snapshot.marks
+        with self.lock, self.vector_lock:
+            if marks.entry_seq > self.entry_seq:
+                self.unsaved += self.upsert_rows(snapshot.rows(self.entry_seq, active_only=self.entry_seq == 0))
+                if not new:
+                    self.prefill(snapshot.recent(self.entry_seq, self.ENTRY_PREFILL))
+                self.entry_seq = marks.entry_seq
+            if self.space is not None:
+                if marks.vector_seq > self.vector_seq:
+                    self.unsaved += self.set_vectors(snapshot.vectors(self.vector_seq))
+                self.vector_seq = marks.vector_seq  # lower after a purge of the newest vector (`IndexKeeper._refresh`)
+            self.documents_seq = marks.documents_seq
 
     def prefill(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Cache the entries of projection rows that a refresh just applied, newest first, so that recall

@@ -242,28 +242,12 @@ class IndexKeeper(MemoryBound):
                 self._indexes[org_id] = index
         assert index is not None
         try:
-            self._apply(index, snapshot, new)
+            index.apply(snapshot, new)
         except BaseException:
             if new:  # made in part (a read cut short): the next read makes it again
                 self.forget(org_id)
             raise
         return index
-
-    @staticmethod
-    def _apply(index: OrgIndex, snapshot: FeedSnapshot, new: bool) -> None:
-        """Bring `index` up to the snapshot's marks: the rows and vectors written since its own."""
-        marks = snapshot.marks
-        with index.lock, index.vector_lock:
-            if marks.entry_seq > index.entry_seq:
-                index.unsaved += index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
-                if not new:  # a new index leaves its entries to the reads (no row parsed that no recall returns)
-                    index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
-                index.entry_seq = marks.entry_seq
-            if index.space is not None:
-                if marks.vector_seq > index.vector_seq:
-                    index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
-                index.vector_seq = marks.vector_seq  # lower after a purge of the newest vector (`_refresh`)
-            index.documents_seq = marks.documents_seq
 
     def _load(
         self, org_id: str, snapshot: FeedSnapshot, space: EmbeddingSpace | None, *, say: bool = True
@@ -376,8 +360,8 @@ class IndexKeeper(MemoryBound):
                 self._fetcher.submit(self._precache, org_id)  # its name: the bound may let the index go meanwhile
 
     def _precache(self, org_id: str) -> None:
-        """Cache a new index's entries (it leaves them to the reads, `_apply`), the newest first, on the fetch thread
-        after a later read, so that a topic asked first reads none of its entries: from one snapshot at the
+        """Cache a new index's entries (it leaves them to the reads, `OrgIndex.apply`), the newest first, on the fetch
+        thread after a later read, so that a topic asked first reads none of its entries: from one snapshot at the
         index's marks (none once a refresh applied rows since: a write, a purge or an erasure uncaches what it
         changed only in what is cached when it applies), a chunk at a time, while the kept indexes stay within the
         bound (never letting another's caches go for it)."""
@@ -433,7 +417,7 @@ class IndexKeeper(MemoryBound):
                     return  # the next read makes the org's index again
                 index = self._load(org_id, snapshot, marks.space, say=False) or OrgIndex(marks.space)
                 index.epoch, index.language = marks.epoch, marks.language
-                self._apply(index, snapshot, new=True)
+                index.apply(snapshot, new=True)
             with self._refresh_locks.holding(org_id), kept.lock:
                 if kept.entry_seq == index.entry_seq:  # the same rows: its cached entries hold for this one
                     index.adopt_entries(kept)

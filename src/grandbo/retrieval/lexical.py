@@ -106,9 +106,8 @@ class LexicalIndex:
         index = cls()
         indptr, rows, counts = image.postings
         n_docs = len(image.lengths)
-        index._terms, index._vocab = list(image.vocabulary), None  # sorted by name: the dict made by the first write
-        if not image.sorted_terms:
-            index._vocabulary()
+        index._terms = list(image.vocabulary)  # sorted by name (`export`): no dict until the first write makes it
+        index._vocab = None if image.sorted_terms else {term: n for n, term in enumerate(image.vocabulary)}
         index._df = np.diff(indptr).astype(np.int64)
         # Rows and counts at the image's width (every use reads them as exactly the same numbers). Copies (small): a
         # view would keep the whole image, vectors included, in memory.
@@ -142,10 +141,8 @@ class LexicalIndex:
         vocabulary, (indptr, terms, rows, counts) = postings.by_name(
             self._terms, term_of[keep], position[merged.rows[keep]], merged.tfs[keep].astype(np.int32)
         )
-        order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
-        doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
-        documents, lengths = (doc_indptr, terms[order], counts[order]), self._doc_len[: self._n_docs][active]
+        documents = postings.doc_major(rows, terms, counts, int(active.sum()))
+        lengths = self._doc_len[: self._n_docs][active]
         image = LexicalImage(vocabulary, (indptr, rows, counts), documents, lengths, sorted_terms=True)
         return image, np.flatnonzero(active)
 

@@ -143,3 +143,14 @@ def by_name(
     placed_terms, placed_rows, placed_counts = np.empty_like(terms), np.empty_like(rows), np.empty_like(counts)
     placed_terms[place], placed_rows[place], placed_counts[place] = renumbered[terms], rows, counts
     return [named[at] for at in order.tolist()], (indptr, placed_terms, placed_rows, placed_counts)
+
+
+def doc_major(
+    rows: IntArray, terms: IntArray, counts: IntArray, n_rows: int
+) -> tuple[npt.NDArray[np.int64], IntArray, IntArray]:
+    """Postings of rows 0..`n_rows`-1 (each one's row, term id and count, by term id) doc-major: indptr over the
+    rows, term ids and counts, each row's by term id (a stable sort by row). A row may hold none (an empty text)."""
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    return indptr, terms[order], counts[order]
