@@ -198,6 +198,74 @@ def test_a_first_recall_searches_the_vectors_while_it_reads_the_orgs_facts(postg
 
 
 @pytest.mark.postgres
+def test_a_first_recall_s_helper_waits_for_no_connection_while_the_recall_holds_one(postgres, monkeypatch):
+    """A first recall's vector search, begun on a helper thread, runs on a pooled connection the recall took for it
+    before its own reads: the helper asks the pool for none. Here the pool's only connection, once the recall reads
+    the org's facts on it, is held until the helper's search answered (as a recall waiting for its helper holds
+    one): it answers. Before, the helper asked the pool (here once the recall held the connection), and waited for
+    the one the recall held: with every connection held by a recall waiting for its helper, each waited until the
+    pool's timeout (30 s, then a 503); here the recall waited in vain. The answer is the same."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    held, answered, waited, asked = threading.Event(), threading.Event(), [], []
+    execute, getconn, thread = psycopg.Cursor.execute, ConnectionPool.getconn, threading.get_ident()
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and _reads_documents([str(query)]) and not waited:
+            held.set()  # the recall reads the facts on the pool's only connection
+            waited.append(answered.wait(10))
+        cursor = execute(self, query, params, **kwargs)
+        if "<=>" in str(query):
+            answered.set()
+        return cursor
+
+    def lent(self, timeout=None):  # type: ignore[no-untyped-def]
+        if threading.get_ident() != thread:
+            asked.append(threading.current_thread().name)
+            held.wait(10)  # another thread asks once the recall holds the connection
+        return getconn(self, timeout)
+
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
+        monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+        monkeypatch.setattr(ConnectionPool, "getconn", lent)
+        loaded = grandbo.org("acme").recall(topic, 5)
+        assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
+    assert waited == [True] and not asked, (waited, asked)
+    assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]
+
+
+@pytest.mark.postgres
+def test_first_recalls_of_as_many_orgs_as_pooled_connections_at_once_all_answer(postgres):
+    """As many first recalls at once as the pool has connections, each of another org loaded from its image (the
+    store searches its vectors, begun on a helper thread while it reads the org's facts), all answer as a process
+    that knew the orgs answers them: none waits for the pool's timeout (30 s, then a 503 `overloaded`)."""
+    topic = "auth-service sessions dropped after the redis failover"
+    names = ["acme", "bolt", "crux"]
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # each index saved after its first recall builds it
+        for name in names[1:]:
+            grandbo.org(name, create=True).remember({"title": f"{name}: redis failover dropped the sessions"})
+        built = {name: grandbo.org(name).recall(topic, 5) for name in names}
+    answers: dict[str, list[tuple[str, float]]] = {}
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": len(names)})) as grandbo:
+        memories, start = {name: grandbo.org(name) for name in names}, threading.Barrier(len(names))
+
+        def recall(name: str) -> None:
+            start.wait()
+            answers[name] = [(h.entry.id, h.composite) for h in memories[name].recall(topic, 5).hits]
+
+        threads = [threading.Thread(target=recall, args=(name,)) for name in names]
+        for each in threads:
+            each.start()
+        for each in threads:
+            each.join()
+        assert grandbo._keeper.counts["loaded"] == len(names)
+    assert answers == {name: [(h.entry.id, h.composite) for h in built[name].hits] for name in names}
+
+
+@pytest.mark.postgres
 def test_a_first_recall_without_an_image_looks_for_it_once_per_snapshot(postgres, transactions):
     """The marks' statement that found no image is not followed by a read of the image; the snapshot made with the
     vectors then (the index built from the rows) reads it once more, in a transaction of its own."""

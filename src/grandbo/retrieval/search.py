@@ -69,10 +69,14 @@ class OrgSearch:
         """The store's search of `query` begun on a helper thread, for `vector` to answer with, where `view` leaves the
         vector arm to the store (else None): pgvector scans while the caller goes on (2-3 ms of an org's first
         recall, ~30 ms at 2,000 entries). In a transaction and on a pooled connection of its own, which set the org as
-        every transaction does (row-level security); the view has confirmed the org's incarnation (`Incarnation`)."""
+        every transaction does (row-level security); the view has confirmed the org's incarnation (`Incarnation`).
+        That connection is taken here, by the caller (`VectorSearch.vector_search_lent`), not by the helper: a recall
+        waiting for its helper may hold a connection of the pool, and were every connection held so, helpers waiting
+        for one would wait until the pool's timeout (30 s, then a 503)."""
         if (native := self._store_search(view)) is None:
             return None
-        ahead = VectorAhead(lambda: native.vector_search(self._org, space, query, limit, min_similarity))
+        bounds = (self._org, space, query, limit, min_similarity)
+        ahead = VectorAhead(native.vector_search_lent(*bounds), lambda: native.vector_search(*bounds))
         ahead.begin()
         return ahead
 
@@ -182,19 +186,20 @@ class OrgSearch:
 
 
 class VectorAhead:
-    """One recall's vector search in the store, begun on a helper thread (`OrgSearch.ahead`)."""
+    """One recall's vector search in the store, begun on a helper thread (`OrgSearch.ahead`): `lent`, on the
+    connection taken for it (None: it was lost), else `search`, by the caller."""
 
-    def __init__(self, search: Callable[[], list[VectorHit]]) -> None:
-        self._search = search
-        self._job: Future[list[VectorHit]] | None = None
+    def __init__(self, lent: Callable[[], list[VectorHit] | None], search: Callable[[], list[VectorHit]]) -> None:
+        self._lent, self._search = lent, search
+        self._job: Future[list[VectorHit] | None] | None = None
 
     def begin(self) -> None:
         if self._job is None:
-            self._job = helpers.submit(self._search)
+            self._job = helpers.submit(self._lent)
 
     def hits(self) -> list[VectorHit]:
-        """The search's hits (its error, if it failed). One never begun, or still queued behind other recalls' helper
-        tasks (a busy server), is searched by the calling thread."""
-        if self._job is None or self._job.cancel():
-            return self._search()
-        return self._job.result()
+        """The search's hits (its error, if it failed). One still queued behind other recalls' helper tasks (a busy
+        server) is run by the calling thread, on the connection taken for it."""
+        assert self._job is not None, "begun by OrgSearch.ahead"
+        found = self._lent() if self._job.cancel() else self._job.result()
+        return self._search() if found is None else found
