@@ -29,9 +29,9 @@ from tests.conftest import reset_postgres
 NOTE = "note"  # a collection recall's facts are not made of
 
 
-@pytest.fixture
-def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
-    """The transactions this thread begins through psycopg from now on, each as the statements sent in it."""
+def _recorded(monkeypatch: pytest.MonkeyPatch, *, here: bool) -> list[list[str]]:
+    """The transactions begun through psycopg from now on, each as the statements sent in it: this thread's (`here`),
+    else the other threads'."""
     begun: list[list[str]] = []
     current: dict[int, list[str]] = {}  # by connection: the statements of its transaction begun last
     thread = threading.get_ident()
@@ -39,19 +39,32 @@ def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     def entered(self):  # type: ignore[no-untyped-def]
         idle = self.connection.info.transaction_status == pq.TransactionStatus.IDLE
-        if threading.get_ident() == thread and idle:  # not a savepoint
+        if (threading.get_ident() == thread) == here and idle:  # not a savepoint
             begun.append([])
             current[id(self.connection)] = begun[-1]
         return enter(self)
 
     def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == thread and id(self.connection) in current and str(query):  # not the pool's check
+        mine = (threading.get_ident() == thread) == here
+        if mine and id(self.connection) in current and str(query):  # not the pool's check
             current[id(self.connection)].append(str(query))
         return execute(self, query, params, **kwargs)
 
     monkeypatch.setattr(psycopg.Transaction, "__enter__", entered)
     monkeypatch.setattr(psycopg.Cursor, "execute", executed)
     return begun
+
+
+@pytest.fixture
+def transactions(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The transactions this thread begins through psycopg from now on, each as the statements sent in it."""
+    return _recorded(monkeypatch, here=True)
+
+
+@pytest.fixture
+def elsewhere(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """The transactions other threads begin through psycopg from now on (a recall's helper threads)."""
+    return _recorded(monkeypatch, here=False)
 
 
 def _reads_documents(statements: list[str]) -> bool:
@@ -113,12 +126,13 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
 
 
 @pytest.mark.postgres
-def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(postgres, transactions):
+def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(postgres, transactions, elsewhere):
     """An org loaded from its image (without its vectors: the store searches them) is recalled in three
     transactions, on a pool of one connection: the index's marks and image; the facts (their stamp read once, the
-    settings' two documents in one statement), converted once it is over; one read-only transaction for the vector
-    arm, the backlog, the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of
-    them that did not join would wait for the pool's only connection, which the block holds."""
+    settings' two documents in one statement), converted once it is over; one read-only transaction for the backlog,
+    the entries and the runbooks' counts. Before, six transactions and 39 statements. A read of them that did not
+    join would wait for the pool's only connection, which the block holds. The vector arm is searched in a fourth, of
+    its own, on a helper thread, while the facts are read (`OrgSearch.ahead`): before, it joined the third."""
     topic = "auth-service sessions dropped after the redis failover"
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
@@ -126,6 +140,7 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
     with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
         memory = grandbo.org("acme")
         transactions.clear()
+        elsewhere.clear()
         loaded = memory.recall(topic, 5)
         recalled = list(transactions)
         assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
@@ -138,16 +153,116 @@ def test_a_first_recall_from_an_image_reads_the_store_in_three_transactions(post
     assert len([sql for sql in facts if "SELECT (SELECT epoch FROM orgs" in sql]) == 1, facts
     assert len([sql for sql in facts if "FROM documents" in sql and "doc_id = ANY" in sql]) == 1, facts  # settings
     assert len(facts) == 5, facts
-    # One first statement: the org, READ ONLY and the vector search's settings set, the schema fence read.
-    assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 4, reads[0]
+    # One first statement: the org and READ ONLY set, the schema fence read.
+    assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 2, reads[0]
     assert sum("set_config" in sql for sql in reads) == 1, reads
-    assert [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
+    assert not [sql for sql in reads if "<=>" in sql] and [sql for sql in reads if "FROM embed_outbox" in sql]
     assert [sql for sql in reads if "GROUP BY" in sql]
     (entries,) = [sql for sql in reads if "entry_id = ANY" in sql]
     assert "content_hash" in entries and "terms" not in entries, entries  # what an Entry is made of, not the index's
     stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
     assert len(stamps) == 1, reads  # the ledger's version after its count
-    assert len(reads) == 7, reads  # with the odd outcomes' read (`ledger_odd`)
+    assert len(reads) == 6, reads  # with the odd outcomes' read (`ledger_odd`)
+    # The vector arm's: its settings (the org, the HNSW scan's) and the schema fence, then the search.
+    (vector,) = elsewhere
+    assert len(vector) == 2 and vector[0].count("set_config") == 3 and "<=>" in vector[1], vector
+
+
+@pytest.mark.postgres
+def test_a_first_recall_searches_the_vectors_while_it_reads_the_orgs_facts(postgres, monkeypatch):
+    """An org's first recall in a process, loaded from its image without its vectors, begins their search in the store
+    on a helper thread once the index is made, and the store answers it while the recall reads the org's facts: each
+    read of them here waits for that answer. Before, the search was sent after them, and they waited in vain. The
+    answer is the same."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    answered, waited, execute = threading.Event(), [], psycopg.Cursor.execute
+    thread = threading.get_ident()
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and _reads_documents([str(query)]):
+            waited.append(answered.wait(10))
+        cursor = execute(self, query, params, **kwargs)
+        if "<=>" in str(query):
+            answered.set()
+        return cursor
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    with Grandbo.open(postgres) as grandbo:
+        loaded = grandbo.org("acme").recall(topic, 5)
+        assert grandbo._keeper.counts["loaded"] == 1
+    assert waited and all(waited), waited
+    assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]
+
+
+@pytest.mark.postgres
+def test_a_first_recall_s_helper_waits_for_no_connection_while_the_recall_holds_one(postgres, monkeypatch):
+    """A first recall's vector search, begun on a helper thread, runs on a pooled connection the recall took for it
+    before its own reads: the helper asks the pool for none. Here the pool's only connection, once the recall reads
+    the org's facts on it, is held until the helper's search answered (as a recall waiting for its helper holds
+    one): it answers. Before, the helper asked the pool (here once the recall held the connection), and waited for
+    the one the recall held: with every connection held by a recall waiting for its helper, each waited until the
+    pool's timeout (30 s, then a 503); here the recall waited in vain. The answer is the same."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    held, answered, waited, asked = threading.Event(), threading.Event(), [], []
+    execute, getconn, thread = psycopg.Cursor.execute, ConnectionPool.getconn, threading.get_ident()
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and _reads_documents([str(query)]) and not waited:
+            held.set()  # the recall reads the facts on the pool's only connection
+            waited.append(answered.wait(10))
+        cursor = execute(self, query, params, **kwargs)
+        if "<=>" in str(query):
+            answered.set()
+        return cursor
+
+    def lent(self, timeout=None):  # type: ignore[no-untyped-def]
+        if threading.get_ident() != thread:
+            asked.append(threading.current_thread().name)
+            held.wait(10)  # another thread asks once the recall holds the connection
+        return getconn(self, timeout)
+
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": 1})) as grandbo:
+        monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+        monkeypatch.setattr(ConnectionPool, "getconn", lent)
+        loaded = grandbo.org("acme").recall(topic, 5)
+        assert grandbo._keeper.counts["loaded"] == 1 and grandbo._keeper._indexes["acme"].awaiting is not None
+    assert waited == [True] and not asked, (waited, asked)
+    assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]
+
+
+@pytest.mark.postgres
+def test_first_recalls_of_as_many_orgs_as_pooled_connections_at_once_all_answer(postgres):
+    """As many first recalls at once as the pool has connections, each of another org loaded from its image (the
+    store searches its vectors, begun on a helper thread while it reads the org's facts), all answer as a process
+    that knew the orgs answers them: none waits for the pool's timeout (30 s, then a 503 `overloaded`)."""
+    topic = "auth-service sessions dropped after the redis failover"
+    names = ["acme", "bolt", "crux"]
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # each index saved after its first recall builds it
+        for name in names[1:]:
+            grandbo.org(name, create=True).remember({"title": f"{name}: redis failover dropped the sessions"})
+        built = {name: grandbo.org(name).recall(topic, 5) for name in names}
+    answers: dict[str, list[tuple[str, float]]] = {}
+    with Grandbo.open(postgres.model_copy(update={"pg_pool_size": len(names)})) as grandbo:
+        memories, start = {name: grandbo.org(name) for name in names}, threading.Barrier(len(names))
+
+        def recall(name: str) -> None:
+            start.wait()
+            answers[name] = [(h.entry.id, h.composite) for h in memories[name].recall(topic, 5).hits]
+
+        threads = [threading.Thread(target=recall, args=(name,)) for name in names]
+        for each in threads:
+            each.start()
+        for each in threads:
+            each.join()
+        assert grandbo._keeper.counts["loaded"] == len(names)
+    assert answers == {name: [(h.entry.id, h.composite) for h in built[name].hits] for name in names}
 
 
 @pytest.mark.postgres

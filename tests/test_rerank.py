@@ -292,7 +292,7 @@ def test_answers_say_whether_anything_close_was_seen_before(memory):
 
 def test_a_match_is_frequent_from_three_recent_alike_memories():
     from grandbo.model import Entry
-    from grandbo.retrieval.recall import recurrence
+    from grandbo.retrieval.verdict import recurrence
 
     def entry(n, services, kind="finding"):
         now = utcnow()

@@ -425,6 +425,13 @@ class VectorSearch(Protocol):
     def vector_search(
         self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]: ...
+    def vector_search_lent(
+        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> Callable[[], list[VectorHit] | None]:
+        """`vector_search` on a connection the calling thread takes now, run when called (once, on any thread, which
+        gives it back; None: the connection was lost): a helper thread that runs it waits for no connection."""
+        ...
+
     def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:
         """Whether `vector_search` has any vector of `space` to search (an active entry's): one index probe."""
         ...

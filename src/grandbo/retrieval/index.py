@@ -21,7 +21,7 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
-from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, IndexRow, LexicalHit, VectorHit
+from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, FeedSnapshot, IndexRow, LexicalHit, VectorHit
 from grandbo.retrieval.codes import NAMES, SLACK, slack
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
@@ -118,7 +118,7 @@ class OrgIndex:
         copied, so that the image's vectors are not kept alive by them."""
         size = int.from_bytes(data[:4], "little")
         head = json.loads(data[4 : 4 + size])
-        if head.get("format") != IMAGE_FORMAT:
+        if head.get("format") not in READ_FORMATS:
             raise FormerImageError(head.get("format"))
         if space is not None and "matrix" not in head["arrays"]:
             raise ValueError("an index image of another space")
@@ -144,6 +144,7 @@ class OrgIndex:
                 (arrays["postings.indptr"], arrays["postings.ids"], arrays["postings.counts"]),
                 (arrays["documents.indptr"], arrays["documents.ids"], arrays["documents.counts"]),
                 arrays["lengths"],
+                sorted_terms=head["format"] >= 4,
             )
         )
         if space is not None:
@@ -177,6 +178,22 @@ class OrgIndex:
         self._entries.clear()
         self._entry_bytes = 0
         self._lexical.drop_caches()
+
+    def apply(self, snapshot: FeedSnapshot, new: bool) -> None:
+        """Bring the index up to the snapshot's marks: the rows and vectors written since its own (`IndexKeeper`).
+        `new`: an index just made, which leaves its entries to the reads (no row parsed that no recall returns)."""
+        marks = snapshot.marks
+        with self.lock, self.vector_lock:
+            if marks.entry_seq > self.entry_seq:
+                self.unsaved += self.upsert_rows(snapshot.rows(self.entry_seq, active_only=self.entry_seq == 0))
+                if not new:
+                    self.prefill(snapshot.recent(self.entry_seq, self.ENTRY_PREFILL))
+                self.entry_seq = marks.entry_seq
+            if self.space is not None:
+                if marks.vector_seq > self.vector_seq:
+                    self.unsaved += self.set_vectors(snapshot.vectors(self.vector_seq))
+                self.vector_seq = marks.vector_seq  # lower after a purge of the newest vector (`IndexKeeper._refresh`)
+            self.documents_seq = marks.documents_seq
 
     def prefill(self, records: Iterable[Mapping[str, Any]]) -> None:
         """Cache the entries of projection rows that a refresh just applied, newest first, so that recall
@@ -336,10 +353,13 @@ class FormerImageError(ValueError):
         self.found = found
 
 
-# 3: a vector per row of the matrix, and an int8 copy of large indexes (2: a vector per column; each array starts on
-# a multiple of 64 bytes since 2, where 1 packed them and misaligned the matrix). An image of another format is
-# refused, and the index built from the store again.
-IMAGE_FORMAT = 3
+# 4: the vocabulary sorted by name, term ids in its order, so that a load makes no dict of it (3: in the order the
+# terms were met, still read, its dict made at the load as before; 3 was the first with a vector per row of the
+# matrix, and an int8 copy of large indexes; 2 had a vector per column; each array starts on a multiple of 64 bytes
+# since 2, where 1 packed them and misaligned the matrix). An image of another format is refused, and the index built
+# from the store again (one of a newer format is left in place for the release that wrote it: `IndexKeeper._load`).
+IMAGE_FORMAT = 4
+READ_FORMATS = (3, IMAGE_FORMAT)
 
 
 def vectors_at(data: bytes) -> int | None:

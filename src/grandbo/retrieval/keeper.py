@@ -145,6 +145,12 @@ class IndexKeeper(ReadAhead):
         seen(marks.incarnation)
         return marks
 
+    def keeps(self, org_id: str) -> bool:
+        """Whether this process holds an index of the org (kept, or held still by a save or a read): where it does not,
+        the org's next read makes one, without its vectors if `lazy_vectors` (the store then searches them)."""
+        with self._lock:
+            return org_id in self._indexes or org_id in self._leaving or org_id in self._gone
+
     def _kept(self, org_id: str) -> OrgIndex | None:
         with self._lock:
             index = self._indexes.get(org_id)
@@ -234,28 +240,12 @@ class IndexKeeper(ReadAhead):
                 self._indexes[org_id] = index
         assert index is not None
         try:
-            self._apply(index, snapshot, new)
+            index.apply(snapshot, new)
         except BaseException:
             if new:  # made in part (a read cut short): the next read makes it again
                 self.forget(org_id)
             raise
         return index
-
-    @staticmethod
-    def _apply(index: OrgIndex, snapshot: FeedSnapshot, new: bool) -> None:
-        """Bring `index` up to the snapshot's marks: the rows and vectors written since its own."""
-        marks = snapshot.marks
-        with index.lock, index.vector_lock:
-            if marks.entry_seq > index.entry_seq:
-                index.unsaved += index.upsert_rows(snapshot.rows(index.entry_seq, active_only=index.entry_seq == 0))
-                if not new:  # a new index leaves its entries to the reads (no row parsed that no recall returns)
-                    index.prefill(snapshot.recent(index.entry_seq, index.ENTRY_PREFILL))
-                index.entry_seq = marks.entry_seq
-            if index.space is not None:
-                if marks.vector_seq > index.vector_seq:
-                    index.unsaved += index.set_vectors(snapshot.vectors(index.vector_seq))
-                index.vector_seq = marks.vector_seq  # lower after a purge of the newest vector (`_refresh`)
-            index.documents_seq = marks.documents_seq
 
     def _load(
         self, org_id: str, snapshot: FeedSnapshot, space: EmbeddingSpace | None, *, say: bool = True
@@ -381,7 +371,7 @@ class IndexKeeper(ReadAhead):
                     return  # the next read makes the org's index again
                 index = self._load(org_id, snapshot, marks.space, say=False) or OrgIndex(marks.space)
                 index.epoch, index.language = marks.epoch, marks.language
-                self._apply(index, snapshot, new=True)
+                index.apply(snapshot, new=True)
             with self._refresh_locks.holding(org_id), kept.lock:
                 if kept.entry_seq == index.entry_seq:  # the same rows: its cached entries hold for this one
                     index.adopt_entries(kept)

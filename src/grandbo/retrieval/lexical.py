@@ -13,6 +13,7 @@ Both stores run this index (Postgres builds it from its own tables), so they sco
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,6 +23,7 @@ from typing import Any, cast
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.retrieval import postings
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.retrieval.postings import EMPTY, CountArray, IntArray, LexicalImage, Segment, image_of, merge, segment
 from grandbo.retrieval.shares import TermShares, frozen_counts
@@ -63,7 +65,8 @@ class LexicalIndex:
         self.b = b
         # Term ids by term, and terms by id: a term no active document holds any more leaves both (`deactivate`),
         # so that a purged entry's words stay neither in this index nor in the image it saves.
-        self._vocab: dict[str, int] = {}
+        # None while the terms are an image's, sorted (`export`): found by bisection until a write makes the dict.
+        self._vocab: dict[str, int] | None = {}
         self._terms: list[str | None] = []
         self._df = np.zeros(0, dtype=np.int64)
         self._doc_len = np.zeros(0, dtype=np.float32)
@@ -103,8 +106,8 @@ class LexicalIndex:
         index = cls()
         indptr, rows, counts = image.postings
         n_docs = len(image.lengths)
-        index._vocab = dict(zip(image.vocabulary, range(len(image.vocabulary)), strict=True))
-        index._terms = list(image.vocabulary)
+        index._terms = list(image.vocabulary)  # sorted by name (`export`): no dict until the first write makes it
+        index._vocab = None if image.sorted_terms else {term: n for n, term in enumerate(image.vocabulary)}
         index._df = np.diff(indptr).astype(np.int64)
         # Rows and counts at the image's width (every use reads them as exactly the same numbers). Copies (small): a
         # view would keep the whole image, vectors included, in memory.
@@ -125,8 +128,8 @@ class LexicalIndex:
 
     def export(self) -> tuple[LexicalImage, npt.NDArray[np.int64]]:
         """The active documents as an image for `restore` (renumbered 0..n-1 in row order), and the rows they
-        were, ascending. Only the terms an active document holds are kept, renumbered in the same order: a term
-        none holds scores nothing, so the image scores every query as this index does."""
+        were, ascending. Only the terms an active document holds are kept, renumbered by name: a term none holds
+        scores nothing, and a term's id changes no score, so the image scores every query as this index does."""
         self.compact()
         n_terms = len(self._terms)
         merged = merge(self._main, self._tail, n_terms)  # each term's rows ascending
@@ -134,23 +137,13 @@ class LexicalIndex:
         active = self._active[: self._n_docs]
         position = np.cumsum(active) - 1  # a row's place among the active rows
         keep = active[merged.rows]
-        rows, terms, counts = position[merged.rows[keep]], term_of[keep], merged.tfs[keep].astype(np.int32)
-        held = np.bincount(terms, minlength=n_terms)
-        used = np.flatnonzero(held)
-        renumbered = np.cumsum(held > 0, dtype=np.int64) - 1  # a held term's place among the held terms
-        terms = renumbered[terms].astype(np.int32)
-        indptr = np.zeros(len(used) + 1, dtype=np.int64)
-        np.cumsum(held[used], out=indptr[1:])
-        order = np.argsort(rows, kind="stable")  # doc-major, each document's terms by id
-        doc_indptr = np.zeros(int(active.sum()) + 1, dtype=np.int64)
-        np.cumsum(np.bincount(rows, minlength=len(doc_indptr) - 1), out=doc_indptr[1:])
-        vocabulary = [self._terms[term] for term in used.tolist()]
-        image = LexicalImage(
-            cast(list[str], vocabulary),  # a held term is in the vocabulary
-            (indptr, rows, counts),
-            (doc_indptr, terms[order], counts[order]),
-            self._doc_len[: self._n_docs][active],
+        # The held terms by name: a restored index looks a query's terms up by bisection, making no dict of them.
+        vocabulary, (indptr, terms, rows, counts) = postings.by_name(
+            self._terms, term_of[keep], position[merged.rows[keep]], merged.tfs[keep].astype(np.int32)
         )
+        documents = postings.doc_major(rows, terms, counts, int(active.sum()))
+        lengths = self._doc_len[: self._n_docs][active]
+        image = LexicalImage(vocabulary, (indptr, rows, counts), documents, lengths, sorted_terms=True)
         return image, np.flatnonzero(active)
 
     def nbytes(self) -> int:
@@ -167,7 +160,7 @@ class LexicalIndex:
         arrays: list[npt.NDArray[Any]] = [self._df, self._doc_len, self._active, *(self._frozen or ())]
         arrays += [part for s in (self._main, self._tail) for part in (s.indptr, s.rows, s.tfs)]
         postings = len(self._main.rows) + len(self._tail.rows) - (len(self._frozen[1]) if self._frozen else 0)
-        terms = 100 * len(self._vocab) + 8 * len(self._terms)
+        terms = 100 * len(self._vocab or ()) + 8 * len(self._terms)
         return int(sum(a.nbytes for a in arrays)) + terms + 70 * max(postings, 0)
 
     def _counts(self, row: int) -> dict[int, int] | None:
@@ -192,11 +185,12 @@ class LexicalIndex:
         row = self._n_docs
         counts = Counter(doc_terms)
         ids: dict[int, int] = {}
+        vocabulary = self._vocabulary()
         for term, tf in counts.items():
-            term_id = self._vocab.get(term)
+            term_id = vocabulary.get(term)
             if term_id is None:
                 term_id = len(self._terms)
-                self._vocab[term] = term_id
+                vocabulary[term] = term_id
                 self._terms.append(term)
             ids[term_id] = tf
             rows_tfs = self._buffer.get(term_id)
@@ -231,15 +225,28 @@ class LexicalIndex:
         ids = self._counts(row)
         self._active[row] = False
         if ids:
+            vocabulary = self._vocabulary()
             term_ids = np.fromiter(ids.keys(), dtype=np.int64, count=len(ids))
             self._df[term_ids] -= 1
             for term_id in term_ids[self._df[term_ids] == 0].tolist():  # its postings left are of inactive rows
-                del self._vocab[cast(str, self._terms[term_id])]
+                del vocabulary[cast(str, self._terms[term_id])]
                 self._terms[term_id] = None
         self._doc_terms[row] = None
         self._n_active -= 1
         self._active_len -= float(self._doc_len[row])
         self._version += 1
+
+    def _vocabulary(self) -> dict[str, int]:
+        """Term ids by term, made from the terms (a restored image's) the first time they are needed."""
+        if self._vocab is None:
+            self._vocab = {cast(str, term): term_id for term_id, term in enumerate(self._terms)}
+        return self._vocab
+
+    def _term_id(self, term: str) -> int | None:
+        if self._vocab is not None:
+            return self._vocab.get(term)
+        at = bisect_left(terms := cast(list[str], self._terms), term)  # an image's: sorted, none retired (no write)
+        return at if terms[at : at + 1] == [term] else None
 
     def compact(self) -> None:
         """Flush the buffer into the tail; merge a large tail into main."""
@@ -346,7 +353,7 @@ class LexicalIndex:
         n_active = self._n_active
         avgdl = self._active_len / n_active
         unique = list(dict.fromkeys(query_terms))
-        ids = [self._vocab.get(term) for term in unique]
+        ids = [self._term_id(term) for term in unique]
         dfs = np.array([self._df[i] if i is not None else 0 for i in ids], dtype=np.float64)
         idfs = bm25_idf(n_active, dfs)
         total_idf = float(idfs.sum())

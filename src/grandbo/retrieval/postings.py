@@ -7,7 +7,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -84,12 +84,13 @@ def merge(older: Segment, newer: Segment, n_terms: int) -> Segment:
 class LexicalImage:
     """A LexicalIndex's active documents as arrays (`LexicalIndex.export`, `restore`): the vocabulary by term
     id; the postings term-major (indptr over terms, rows, counts) and doc-major (indptr over rows, term ids,
-    counts); each document's length in terms."""
+    counts); each document's length in terms; whether the vocabulary is sorted by name (as `export` makes it)."""
 
     vocabulary: list[str]
     postings: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
     documents: tuple[npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]], npt.NDArray[np.integer[Any]]]
     lengths: npt.NDArray[Any]
+    sorted_terms: bool = False
 
 
 def image_of(documents: Iterable[Sequence[str]]) -> LexicalImage:
@@ -118,6 +119,38 @@ def image_of(documents: Iterable[Sequence[str]]) -> LexicalImage:
     postings = (indptr, row_of[by_term], tf_of[by_term])
     del row_of, by_term  # the peak: four bytes a posting for each array, eight for the sort's order
     # Doc-major as read: each document's terms in the order first met (an image's are by id; either serves).
-    return LexicalImage(
-        list(vocabulary), postings, (doc_indptr, term_of, tf_of), np.frombuffer(lengths, dtype=np.int32)
-    )
+    lengths_of = np.frombuffer(lengths, dtype=np.int32)
+    return LexicalImage(list(vocabulary), postings, (doc_indptr, term_of, tf_of), lengths_of)
+
+
+def by_name(
+    names: Sequence[str | None], terms: IntArray, rows: IntArray, counts: IntArray
+) -> tuple[list[str], tuple[npt.NDArray[np.int64], IntArray, IntArray, IntArray]]:
+    """Term-major postings (each posting's term id, row and count, by term id and then row) of the terms named
+    `names` (by id), renumbered in the order of the names of those they hold: those names, and the postings as
+    indptr, term ids, rows and counts. Each posting moves to its term's new place, its rows still ascending (no sort
+    of the postings)."""
+    held = np.bincount(terms, minlength=len(names))
+    used = np.flatnonzero(held)
+    named = [cast(str, names[term]) for term in used.tolist()]  # a held term has a name
+    order = np.array(sorted(range(len(used)), key=named.__getitem__), dtype=np.int64)
+    renumbered = np.zeros(len(names), dtype=np.int64)
+    renumbered[used[order]] = np.arange(len(used))
+    indptr = np.zeros(len(used) + 1, dtype=np.int64)
+    np.cumsum(held[used[order]], out=indptr[1:])
+    within = np.arange(len(terms)) - (np.cumsum(held) - held)[terms]  # a posting's place among its term's
+    place = indptr[:-1][renumbered[terms]] + within
+    placed_terms, placed_rows, placed_counts = np.empty_like(terms), np.empty_like(rows), np.empty_like(counts)
+    placed_terms[place], placed_rows[place], placed_counts[place] = renumbered[terms], rows, counts
+    return [named[at] for at in order.tolist()], (indptr, placed_terms, placed_rows, placed_counts)
+
+
+def doc_major(
+    rows: IntArray, terms: IntArray, counts: IntArray, n_rows: int
+) -> tuple[npt.NDArray[np.int64], IntArray, IntArray]:
+    """Postings of rows 0..`n_rows`-1 (each one's row, term id and count, by term id) doc-major: indptr over the
+    rows, term ids and counts, each row's by term id (a stable sort by row). A row may hold none (an empty text)."""
+    order = np.argsort(rows, kind="stable")
+    indptr = np.zeros(n_rows + 1, dtype=np.int64)
+    np.cumsum(np.bincount(rows, minlength=n_rows), out=indptr[1:])
+    return indptr, terms[order], counts[order]

@@ -1,6 +1,6 @@
 """The entries of an org's new index read ahead of its recalls (`IndexKeeper`, whose state this reads under its lock).
 
-A new index leaves its entries to the reads (`IndexKeeper._apply`: no row parsed that no recall returns); after a
+A new index leaves its entries to the reads (`OrgIndex.apply`: no row parsed that no recall returns); after a
 later read of the org, they are cached on the keeper's fetch thread, the newest first, so that a topic asked first
 reads none of its entries, and only while the kept indexes stay within the memory bound (`bound.MemoryBound`).
 """
@@ -38,7 +38,7 @@ class ReadAhead(MemoryBound):
                 self._fetcher.submit(self._precache, org_id)  # its name: the bound may let the index go meanwhile
 
     def _precache(self, org_id: str) -> None:
-        """Cache a new index's entries (it leaves them to the reads, `IndexKeeper._apply`), the newest first, on the
+        """Cache a new index's entries (it leaves them to the reads, `OrgIndex.apply`), the newest first, on the
         fetch thread after a later read, so that a topic asked first reads none of its entries: from one snapshot at
         the index's marks (none once a refresh applied rows since: a write, a purge or an erasure uncaches what it
         changed only in what is cached when it applies), a chunk at a time, while the kept indexes stay within the

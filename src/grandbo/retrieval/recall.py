@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -23,7 +23,6 @@ from grandbo.model import (
     NO_VECTOR_VERDICT,
     PENDING_VERDICT,
     Arm,
-    Entry,
     Kind,
     RecallResult,
     RecallTimings,
@@ -36,30 +35,18 @@ from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
-from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy, VerdictPolicy
-from grandbo.retrieval.search import OrgSearch
+from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy
+from grandbo.retrieval.search import OrgSearch, VectorAhead
 from grandbo.retrieval.shared import SharedRecalls
 from grandbo.retrieval.shares import TermShares
 from grandbo.retrieval.text import check_topic, identifier_term, unique_terms
-from grandbo.retrieval.verdict import Verdict
+from grandbo.retrieval.verdict import Verdict, recurrence
 
 log = structlog.get_logger(__name__)
 Unjudged = tuple[str, str] | None  # why an answer has no verdict: RecallResult.calibration, the note
+Query = tuple[Provider, npt.NDArray[np.float32]]  # the provider and the topic's vector
+Early = tuple[Query | None, VectorAhead | None] | None  # `Recall._early`
 MAX_K = DEFAULT_POLICY.max_k  # the most hits one recall returns (no setting changes it)
-
-
-def recurrence(entry: Entry, recent: Sequence[Entry], policy: VerdictPolicy) -> Literal["frequent", "rare"]:
-    """Frequent when at least `policy.frequent_at` (3) strong matches of the last `policy.recent_days`
-    (`recent`, this one included) share a service with it (or, for memories without services, its kind);
-    rare otherwise."""
-    services = set(entry.services)
-    alike = 0
-    for match in recent:
-        if (not services.isdisjoint(match.services)) if services else match.kind is entry.kind:
-            alike += 1
-            if alike == policy.frequent_at:
-                return "frequent"
-    return "rare"
 
 
 class Recall:
@@ -102,7 +89,9 @@ class Recall:
         started, now = time.perf_counter(), now or utcnow()  # the question's time: the ages re-ranking weighs
         notes: list[str] = []
         timings = RecallTimings()
+        cold = arm is not Arm.LEXICAL and self._search.searches_ahead()  # the org's first read in this process
         view = self._search.view()
+        early = self._early(view, topic, timings, notes) if cold else None
         key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
         # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
@@ -120,7 +109,7 @@ class Recall:
         # transaction where the store has one to share, ended once the last is made: scoring holds no connection.
         with ExitStack() as reads:
             reads.enter_context(self._search.reading())
-            lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes)
+            lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes, early)
             if arm is Arm.RERANKED and facts is not None:
                 # Oversample: every fused candidate is re-ranked, then the list is cut to k.
                 hits, answer, until = self._rerank(view, facts, topic, lexical, vector, services, wanted, now, k,
@@ -156,31 +145,29 @@ class Recall:
         return result
 
     def _retrieve(
-        self, view: OrgIndex, topic: str, arm: Arm, timings: RecallTimings, notes: list[str]
-    ) -> tuple[list[LexicalHit], list[VectorHit], tuple[Provider, npt.NDArray[np.float32]] | None, Unjudged]:
+        self, view: OrgIndex, topic: str, arm: Arm, timings: RecallTimings, notes: list[str], early: Early = None
+    ) -> tuple[list[LexicalHit], list[VectorHit], Query | None, Unjudged]:
         """Both arms' candidates for `topic` as `arm` asks, the query's vector, why there is no verdict (None: there
-        is one): what an answer rests on before its re-ranking, which alike alerts share (`retrieval.shared`)."""
+        is one): what an answer rests on before its re-ranking, which alike alerts share (`retrieval.shared`).
+        `early`: the query's vector, embedded already, and its search in the store begun (`_early`)."""
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
-        query: tuple[Provider, npt.NDArray[np.float32]] | None = None
-        if arm is Arm.LEXICAL:
+        ahead = early[1] if early else None
+        # The query's vector first: its time is reported apart.
+        query = None if arm is Arm.LEXICAL else early[0] if early else self._query_vector(topic, timings, notes)
+        if arm is Arm.VECTOR:
+            vector = self._vector_arm(view, *query, timings, ahead) if query is not None else []
+        elif arm is Arm.LEXICAL or query is None:
             lexical = self._lexical_arm(view, topic, timings, alone=True)
-        elif arm is Arm.VECTOR:
-            query = self._query_vector(topic, timings, notes)
-            vector = self._vector_arm(view, *query, timings) if query is not None else []
+        elif not self._search.arms_in_parallel(view):
+            lexical = self._lexical_arm(view, topic, timings)
+            vector = self._vector_arm(view, *query, timings, ahead)
         else:
-            query = self._query_vector(topic, timings, notes)  # first: its time is reported apart
-            if query is None:
-                lexical = self._lexical_arm(view, topic, timings, alone=True)
-            elif not self._search.arms_in_parallel(view):
-                lexical = self._lexical_arm(view, topic, timings)
-                vector = self._vector_arm(view, *query, timings)
-            else:
-                lexical, vector = run_beside(
-                    lambda: self._lexical_arm(view, topic, timings),
-                    lambda: self._vector_arm(view, *query, timings),
-                    view.active_count,
-                )
+            lexical, vector = run_beside(
+                lambda: self._lexical_arm(view, topic, timings),
+                lambda: self._vector_arm(view, *query, timings),
+                view.active_count,
+            )
         # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
         # with too many memories still waiting for theirs (the match may be one of them).
         unjudged: Unjudged = None
@@ -336,9 +323,7 @@ class Recall:
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
 
-    def _query_vector(
-        self, topic: str, timings: RecallTimings, notes: list[str]
-    ) -> tuple[Provider, npt.NDArray[np.float32]] | None:
+    def _query_vector(self, topic: str, timings: RecallTimings, notes: list[str]) -> Query | None:
         """The provider and the topic's embedding, or None (with a note) when the provider cannot give one."""
         try:
             provider = self._provider()
@@ -352,14 +337,26 @@ class Recall:
             return None
 
     def _vector_arm(
-        self, view: OrgIndex, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings
-    ) -> list[VectorHit]:
-        policy = self._policy.vector
-        floor = provider.min_similarity if policy.min_similarity is None else policy.min_similarity
+        self, view: OrgIndex, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings,
+        ahead: VectorAhead | None = None,
+    ) -> list[VectorHit]:  # fmt: skip
         mark = time.perf_counter()
-        hits = self._search.vector(view, space_of(provider), query, policy.limit, floor)
+        hits = self._search.vector(view, space_of(provider), query, *self._vector_bounds(provider), ahead)
         timings.vector_ms = (time.perf_counter() - mark) * 1000
         return hits
+
+    def _vector_bounds(self, provider: Provider) -> tuple[int, float]:
+        """The vector arm's depth and similarity floor."""
+        policy = self._policy.vector
+        return policy.limit, provider.min_similarity if policy.min_similarity is None else policy.min_similarity
+
+    def _early(self, view: OrgIndex, topic: str, timings: RecallTimings, notes: list[str]) -> Early:
+        """The topic's vector (None with a note: the provider gave none) and, where the org's new `view` leaves its
+        vector arm to the store, its search begun, run while this thread reads the org's facts (`OrgSearch.ahead`)."""
+        query = self._query_vector(topic, timings, notes)
+        if query is None:
+            return None, None
+        return query, self._search.ahead(view, space_of(query[0]), query[1], *self._vector_bounds(query[0]))
 
     def _fuse(
         self, view: OrgIndex, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int

@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
-from grandbo.model import Calibration
-from grandbo.retrieval.policy import DEFAULT_POLICY
+from grandbo.model import Calibration, Entry
+from grandbo.retrieval.policy import DEFAULT_POLICY, VerdictPolicy
 
 FEATURES = DEFAULT_POLICY.verdict.features
 SHIPPED = Path(__file__).parent / "calibrations"
@@ -62,6 +63,20 @@ def _logistic(z: float) -> float:
     """The probability of log-odds `z` (`probability`'s and `each_alone`'s: the same sum, reduced alike, gives the
     same bits in both)."""
     return 1.0 / (1.0 + math.exp(-z)) if z > -700 else 0.0
+
+
+def recurrence(entry: Entry, recent: Sequence[Entry], policy: VerdictPolicy) -> Literal["frequent", "rare"]:
+    """Frequent when at least `policy.frequent_at` (3) strong matches of the last `policy.recent_days`
+    (`recent`, this one included) share a service with it (or, for memories without services, its kind);
+    rare otherwise."""
+    services = set(entry.services)
+    alike = 0
+    for match in recent:
+        if (not services.isdisjoint(match.services)) if services else match.kind is entry.kind:
+            alike += 1
+            if alike == policy.frequent_at:
+                return "frequent"
+    return "rare"
 
 
 def path_for(provider: str) -> Path:

@@ -194,19 +194,22 @@ class PostgresConnection:
             )
 
     @contextmanager
-    def _tx(self, org_id: str | None = None, *, join: bool = False, **local: str) -> Iterator[psycopg.Connection[Any]]:
+    def _tx(
+        self, org_id: str | None = None, *, join: bool = False, lent: psycopg.Connection[Any] | None = None,
+        **local: str,
+    ) -> Iterator[psycopg.Connection[Any]]:  # fmt: skip
         """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given; `local`
         holds more transaction-local settings (dots spelled as double underscores). `join`: a read that may run in
-        this thread's read transaction of the org (`_reading_together`), when one is open and nothing else is set."""
+        this thread's read transaction of the org (`_reading_together`), when one is open and nothing else is set.
+        `lent`: on this connection, taken from the pool already (`VectorsMixin.vector_search_lent`)."""
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
-        pinned: psycopg.Connection[Any] | None = getattr(self._pinned, "conn", None)
+        pinned: psycopg.Connection[Any] | None = lent or getattr(self._pinned, "conn", None)
         together: _Together | None = getattr(self._pinned, "together", None)
         if join and pinned is None and together is not None and together.org_id == org_id:
             with together.joined(lambda: self._begun(settings | {"transaction_read_only": "on"}), settings) as conn:
                 yield conn
             return
-        lent = self._reach.lend(self._pool)
-        with contextlib.nullcontext(pinned) if pinned else lent as conn, conn.transaction():
+        with contextlib.nullcontext(pinned) if pinned else self._reach.lend(self._pool) as conn, conn.transaction():
             self._set_up(conn, settings)
             yield conn
 

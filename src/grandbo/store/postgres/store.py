@@ -22,6 +22,7 @@ Django splits a database backend:
 
 from __future__ import annotations
 
+from grandbo.ports import VectorSearch
 from grandbo.store.base import Store
 from grandbo.store.postgres.backup import BackupMixin
 from grandbo.store.postgres.connection import PostgresConnection
@@ -59,3 +60,4 @@ class PostgresStore(
 
 
 _SATISFIES: type[Store] = PostgresStore  # mypy holds the class to every concern's protocol (`store.base.Store`)
+_SEARCHES: type[VectorSearch] = PostgresStore  # and to the vector arm's, which `Grandbo.org` casts it to

@@ -7,10 +7,14 @@ and only vectors of the store's recorded space answer. `corpus_stats` counts wha
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import psycopg
 
 from grandbo.model import CorpusStats, EmbeddingSpace
 from grandbo.ports import UNEMBEDDABLE, VECTOR_TIE_DIGITS, VectorHit
@@ -37,40 +41,63 @@ class VectorsMixin(PostgresConnection):
     def vector_search(
         self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]:
+        return self._retrying(partial(self._nearest, org_id, space, vector, limit, min_similarity))
+
+    def vector_search_lent(
+        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> Callable[[], list[VectorHit] | None]:
+        """`vector_search` on a pooled connection the calling thread takes now (waiting for one as any read does), run
+        once when called, on any thread, which gives the connection back: a helper thread that runs it waits for no
+        connection (`OrgSearch.ahead`). None from it: the connection was lost (the caller searches by
+        `vector_search`, which retries)."""
+        lent = self._reach.lend(self._pool)
+        conn = lent.__enter__()
+
+        def search() -> list[VectorHit] | None:
+            with contextlib.ExitStack() as stack:
+                stack.push(lent)  # the connection given back, whatever happens
+                try:
+                    return self._nearest(org_id, space, vector, limit, min_similarity, conn)
+                except psycopg.OperationalError:
+                    return None
+
+        return search
+
+    def _nearest(
+        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float,
+        lent: psycopg.Connection[Any] | None = None,
+    ) -> list[VectorHit]:  # fmt: skip
         query = np.asarray(vector, dtype=np.float32)
-
-        def read() -> list[VectorHit]:
-            with self._tx(
-                org_id, join=True, hnsw__ef_search=str(max(self.ef_search, limit)), hnsw__iterative_scan="relaxed_order"
-            ) as conn:
-                # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
-                # The inner query takes a few extra rows so that ties at the last place are broken by
-                # entry id, like the embedded store does. The store's recorded space is checked in the
-                # same statement: vectors of another space never answer.
-                rows = conn.execute(
-                    "SELECT entry_id, distance FROM ("
-                    f"  SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors"
-                    "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
-                    f"  ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(inner)s"
-                    ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
-                    "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
-                    "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
-                    "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
-                    f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
-                    {
-                        "q": query,
-                        "org": org_id,
-                        "provider": space.provider,
-                        "model": space.model,
-                        "dimension": str(space.dimension),
-                        "limit": limit,
-                        "inner": limit + 16,
-                        "max_distance": 1.0 - min_similarity,
-                    },
-                ).fetchall()
-            return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
-
-        return self._retrying(read)
+        ef_search = str(max(self.ef_search, limit))
+        with self._tx(
+            org_id, join=True, lent=lent, hnsw__ef_search=ef_search, hnsw__iterative_scan="relaxed_order"
+        ) as conn:
+            # A plain ORDER BY ... LIMIT lets an HNSW index serve the scan; the floor is applied outside.
+            # The inner query takes a few extra rows so that ties at the last place are broken by
+            # entry id, like the embedded store does. The store's recorded space is checked in the
+            # same statement: vectors of another space never answer.
+            rows = conn.execute(
+                "SELECT entry_id, distance FROM ("
+                f"  SELECT entry_id, embedding {COSINE_DISTANCE} %(q)s AS distance FROM entry_vectors"
+                "  WHERE org_id = %(org)s AND provider = %(provider)s AND model = %(model)s"
+                f"  ORDER BY embedding {COSINE_DISTANCE} %(q)s LIMIT %(inner)s"
+                ") nearest WHERE distance <= %(max_distance)s AND EXISTS (SELECT 1 FROM memory_entries e"
+                "  WHERE e.org_id = %(org)s AND e.entry_id = nearest.entry_id AND e.status = 'active') AND ("
+                "  SELECT count(*) FROM store_meta WHERE (key, value) IN "
+                "  (('provider', %(provider)s), ('model', %(model)s), ('dimension', %(dimension)s))) = 3 "
+                f"ORDER BY round((1 - distance)::numeric, {VECTOR_TIE_DIGITS}) DESC, entry_id LIMIT %(limit)s",
+                {
+                    "q": query,
+                    "org": org_id,
+                    "provider": space.provider,
+                    "model": space.model,
+                    "dimension": str(space.dimension),
+                    "limit": limit,
+                    "inner": limit + 16,
+                    "max_distance": 1.0 - min_similarity,
+                },
+            ).fetchall()
+        return [VectorHit(entry_id, 1.0 - float(distance)) for entry_id, distance in rows]
 
     def explain_vector_search(self, org_id: str, vector: npt.NDArray[np.float32], limit: int = 25) -> str:
         """The query plan of the vector arm for this org (to check which index serves it)."""
