@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import ClassVar
 
@@ -69,6 +70,20 @@ def test_a_kept_connection_the_server_closed_idle_is_made_again_and_counted(serv
         assert http.post("/v1/recall", {"topic": "t1"}) == 200
         assert http.reconnects == 1
     assert [body for *_, body in _Recorder.seen] == [{"topic": "t0"}, {"topic": "t1"}]
+
+
+def test_a_connection_idle_past_its_bound_is_not_sent_on_again(server):
+    """A request sent as the server closes the idle connection is reset after it was sent, a failure the client cannot
+    send again (the server may have read it): so a connection idle past `idle_s` is left before it can be."""
+    _Recorder.close_after = set()
+    with Connection(f"http://127.0.0.1:{server.server_address[1]}", idle_s=0.2) as http:
+        assert http.post("/v1/recall", {"topic": "t0"}) == 200
+        assert http.post("/v1/recall", {"topic": "t1"}) == 200  # at once: the same connection
+        time.sleep(0.3)
+        assert http.post("/v1/recall", {"topic": "t2"}) == 200
+        assert http.reconnects == 0  # left idle, not found closed
+    ports = [port for port, *_ in _Recorder.seen]
+    assert ports[0] == ports[1] != ports[2]
 
 
 def test_a_server_gone_is_a_failure_and_the_next_request_connects_again(server):

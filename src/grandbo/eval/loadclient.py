@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import time
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -27,11 +28,18 @@ FAILED = (OSError, http.client.HTTPException)
 STALE_SENDING = (BrokenPipeError, ConnectionResetError)
 STALE_ANSWER = (http.client.RemoteDisconnected,)
 
+# A kept connection idle this long is closed before the next request rather than sent on: uvicorn closes it at 5 s
+# (`timeout_keep_alive`), and a request sent as it does is reset once sent, which no client may take for a stale
+# connection (above). 7 of 649 recalls of a 1,000-org `bench tenants` on a loaded machine failed so (its clients
+# keep one connection to each of two servers, and one can idle 5 s while the other answers). Connecting anew on
+# loopback costs far less than the request.
+IDLE_REUSE_S = 2.5
+
 
 class Connection:
     """One keep-alive connection to `url` (http, loopback); `post` sends a JSON body and returns the status."""
 
-    def __init__(self, url: str, *, timeout: float = 30, key: str | None = None) -> None:
+    def __init__(self, url: str, *, timeout: float = 30, key: str | None = None, idle_s: float = IDLE_REUSE_S) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname is None:
             raise ValueError(f"The load client speaks plain HTTP to a server on this machine, not {url!r}.")
@@ -40,6 +48,7 @@ class Connection:
         if key is not None:
             self._headers["Authorization"] = f"Bearer {key}"
         self._conn: http.client.HTTPConnection | None = None
+        self._idle_s, self._answered_at = idle_s, 0.0
         self.reconnects = 0  # requests sent again on a new connection after their kept one was found closed (STALE)
 
     def post(self, path: str, payload: Any, *, key: str | None = None) -> int:
@@ -47,6 +56,8 @@ class Connection:
         request's bearer key instead of the connection's. Raises one of `FAILED` where no answer came, after
         closing the connection (the next request opens another)."""
         headers = self._headers if key is None else {**self._headers, "Authorization": f"Bearer {key}"}
+        if self._conn is not None and time.monotonic() - self._answered_at > self._idle_s:
+            self.close()  # idle long enough that the server may be closing it as the request arrives
         reused = self._conn is not None
         if self._conn is None:
             self._conn = http.client.HTTPConnection(self._host, self._port, timeout=self._timeout)
@@ -56,6 +67,7 @@ class Connection:
             sent = True
             answer = self._conn.getresponse()
             answer.read()
+            self._answered_at = time.monotonic()
         except FAILED as error:
             self.close()
             if reused and isinstance(error, STALE_ANSWER if sent else STALE_SENDING):  # closed idle: once, anew
