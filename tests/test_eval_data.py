@@ -3,7 +3,10 @@ TREC run files checked against an independent implementation (ranx); the public-
 
 import json
 import math
+import sys
+from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -67,6 +70,22 @@ def test_awkward_public_data_loads_with_every_repair_reported(tmp_path):
     assert [q.id for q in dataset.queries] == ["q#1", "q-2", "q3"]
 
 
+@pytest.fixture(scope="module")
+def ranx() -> Iterator[ModuleType]:
+    """ranx, its numba functions run as the Python they are written in: compiling them took 60 s of CPU on a clean
+    clone (28-167 s of one worker's time under load, and ~8 s from numba's cache), and the comparison itself takes a
+    third of a second uncompiled. The metrics are ranx's own code either way. Imported under the switch, as numba's
+    decorators read it then, and kept on while the module's tests call ranx (its typed containers read it at each
+    call); no other module imports ranx."""
+    numba = pytest.importorskip("numba")
+    if "ranx" in sys.modules:  # compiled already in this process: as good a check, only slower
+        yield sys.modules["ranx"]
+        return
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(numba.config, "DISABLE_JIT", True)
+        yield pytest.importorskip("ranx")
+
+
 def ranx_agrees(ranx, report, qrels_path: Path, files: list[Path]) -> None:
     """Our metrics of each arm equal ranx's on the arm's TREC run file."""
     judged: dict[str, dict[str, int]] = {}
@@ -86,8 +105,7 @@ def ranx_agrees(ranx, report, qrels_path: Path, files: list[Path]) -> None:
         assert ours["MRR@10"] == pytest.approx(theirs["mrr@10"], abs=1e-4), arm
 
 
-def test_eval_on_awkward_data_writes_trec_runs_under_the_documents_own_ids(tmp_path):
-    ranx = pytest.importorskip("ranx")
+def test_eval_on_awkward_data_writes_trec_runs_under_the_documents_own_ids(tmp_path, ranx):
     directory = awkward_set(tmp_path / "set")
     report = evaluate(directory, Settings(home=tmp_path / "home"), "deterministic", cache=False)
     files = write_runs(report, tmp_path / "run.trec")
@@ -99,8 +117,7 @@ def test_eval_on_awkward_data_writes_trec_runs_under_the_documents_own_ids(tmp_p
     ranx_agrees(ranx, report, directory / "qrels" / "test.tsv", files)
 
 
-def test_trec_runs_score_the_same_under_ranx_on_the_shipped_set(tmp_path):
-    ranx = pytest.importorskip("ranx")
+def test_trec_runs_score_the_same_under_ranx_on_the_shipped_set(tmp_path, ranx):
     report = evaluate(shipped_set(), Settings(home=tmp_path / "home"), "deterministic", cache=False)
     files = write_runs(report, tmp_path / "run.trec")
     ranx_agrees(ranx, report, shipped_set() / "qrels" / "test.tsv", files)

@@ -76,7 +76,7 @@ print(json.dumps({{"torch": "torch" in sys.modules, "hits": len(hits)}}))
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"torch": False, "hits": 1}
 
 
-def test_hybrid_beats_each_arm_on_the_shipped_incident_set(tmp_path, model_dir, embedding_cache):
+def test_hybrid_beats_each_arm_on_the_shipped_incident_set(tmp_path, model_dir, embedding_cache, shipped_vectors):
     settings = Settings(home=tmp_path, local_model_dir=model_dir)
     (tmp_path / "cache").symlink_to(embedding_cache)  # where `evaluate` keeps the vectors of the documents
     report = evaluate(shipped_set(), settings, "local")
@@ -89,7 +89,7 @@ def test_hybrid_beats_each_arm_on_the_shipped_incident_set(tmp_path, model_dir, 
     assert all(line["refused"] == 0 for line in report.lines)
 
 
-def test_paraphrase_with_no_shared_word_is_found_by_meaning(tmp_path, model_dir, local_model):
+def test_paraphrase_with_no_shared_word_is_found_by_meaning(tmp_path, model_dir, local_model, shipped_vectors):
     with Grandbo.init(Settings(home=tmp_path, local_model_dir=model_dir), provider=local_model) as grandbo:
         memory = grandbo.org("acme", create=True)
         rows = [json.loads(line) for line in (shipped_set() / "corpus.jsonl").read_text().splitlines()]

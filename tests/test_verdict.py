@@ -16,7 +16,7 @@ from grandbo.service import Grandbo
 
 
 @pytest.fixture(scope="module")
-def shipped(tmp_path_factory, model_dir, local_model):
+def shipped(tmp_path_factory, model_dir, local_model, shipped_vectors):
     settings = Settings(home=tmp_path_factory.mktemp("verdict"), local_model_dir=model_dir)
     dataset = beir.load(shipped_set(), "dev+test")
     with Grandbo.init(settings, provider=local_model) as grandbo:
