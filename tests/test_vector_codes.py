@@ -211,3 +211,23 @@ def test_the_packed_copy_counts_in_the_bytes_and_writes_after_it_keep_the_answer
             got = index.top(query, limit, floor)
             _agree(got, _full(index, query, limit, floor))
             assert got[0][0] == target
+
+
+def test_an_index_grown_past_the_packed_bound_lets_its_copy_go(monkeypatch):
+    """The copy made while the codes were small enough is neither held nor counted once they grow past `PACK_BYTES`
+    (appends are not writes to the copy's rows: without letting it go at the bound, it stayed, dead and charged to
+    the org's memory, for good)."""
+    rng = np.random.default_rng(17)
+    rows = 2 * PRUNE_FROM
+    monkeypatch.setattr(codes, "PACK_BYTES", (rows + rows // 32) * 96)  # the first appends stay under the bound
+    index = VectorIndex(96)
+    index.set_many(list(range(rows)), _clustered(rng, rows, 96, spread=1.0))
+    unpacked = index.nbytes
+    query = normalize(_clustered(rng, 1, 96, spread=1.0)[0])
+    index.top(query, 25, 0.0)
+    assert index.nbytes >= unpacked + rows * 96  # packed, and counted
+    grown = rows + rows // 8
+    index.set_many(list(range(rows, grown)), _clustered(rng, grown - rows, 96, spread=1.0))
+    without_copy = index.nbytes - rows * 96
+    _agree(index.top(query, 25, 0.0), _full(index, query, 25, 0.0))
+    assert index.nbytes <= without_copy  # past the bound: the copy let go, not counted

@@ -94,8 +94,9 @@ class Codes:
 
     @property
     def nbytes(self) -> int:
-        packed = self._packed.nbytes if self._packed is not None else 0
-        return int(self.codes.nbytes + self.scales.nbytes + self.bounds.nbytes + self.kept.nbytes + packed)
+        packed = self._packed  # read once: a write on another thread may let it go meanwhile (`_written`)
+        packed_bytes = packed.nbytes if packed is not None else 0
+        return int(self.codes.nbytes + self.scales.nbytes + self.bounds.nbytes + self.kept.nbytes + packed_bytes)
 
     def arrays(self, rows: npt.NDArray[np.int64] | None = None) -> dict[str, npt.NDArray[np.generic]]:
         """The copy of `rows` (renumbered 0..len(rows)-1; every row without them), by `NAMES`, for an index
@@ -171,6 +172,7 @@ class Codes:
         """The integer products of `query_codes` with the codes of rows 0..n-1 (exact either way: at most
         127 * 127 * dimension), from the packed copy where the codes are small enough to have one."""
         if n * self.codes.shape[1] > PACK_BYTES:
+            self._packed, self._packed_rows, self._changed = None, 0, set()  # grown past it: no copy held or counted
             return np.asarray(numkong.cdist(query_codes[None, :], self.codes[:n], metric="dot"))[0]  # type: ignore[no-any-return]
         if self._packed is None or n - self._packed_rows > self._packed_rows // 16 or n < self._packed_rows:
             self._packed, self._packed_rows, self._changed = numkong.dots_pack(self.codes[:n]), n, set()
