@@ -54,7 +54,6 @@ class LocalProvider:
         with self._lock:
             if self._model is None:
                 from fastembed import TextEmbedding
-                from fastembed.common.preprocessor_utils import load_tokenizer
 
                 model = TextEmbedding(
                     MODEL_NAME,
@@ -63,9 +62,14 @@ class LocalProvider:
                     threads=self.threads,
                     lazy_load=True,  # its tokenizer and session loaded below: the session with an option of ours
                 )
-                inner: Any = model.model  # fastembed's ONNX model: its tokenizer and session are plain attributes
-                inner.tokenizer, inner.special_token_to_id = load_tokenizer(model_dir=self.model_dir)
-                inner.model = _session(self.model_dir / MODEL_FILE, self.threads)
+                try:  # fastembed 0.9's ONNX model: its tokenizer and session are plain attributes, set as it would
+                    from fastembed.common.preprocessor_utils import load_tokenizer
+
+                    inner: Any = model.model
+                    inner.tokenizer, inner.special_token_to_id = load_tokenizer(model_dir=self.model_dir)
+                    inner.model = _session(self.model_dir / MODEL_FILE, self.threads)
+                except (ImportError, AttributeError):  # another layout: fastembed loads its own (threads that spin)
+                    pass
                 self._model = model
             return self._model
 
