@@ -81,3 +81,12 @@ def test_json_on_a_terminal_is_the_json_a_pipe_gets(cli):
 def test_shown_keeps_newlines_tabs_and_text():
     assert shown("a\tb\nc é 漢字 🙂") == "a\tb\nc é 漢字 🙂"
     assert shown("\x00\x1b\x7f\x9b\u2066") == "\\x00\\x1b\\x7f\\x9b\\u2066"
+
+
+def test_an_import_s_progress_bar_draws_on_a_terminal(cli, tmp_path):
+    lines = (json.dumps({"title": f"redis evictions {n}", "body": TOPIC, "kind": "finding"}) for n in range(20))
+    (tmp_path / "found.jsonl").write_text("\n".join(lines) + "\n")
+    printed = _on_a_terminal("import", str(tmp_path / "found.jsonl"))
+    assert "imported 20 entries" in printed
+    drawn = "\r\x1b[?25limporting"  # click's bar, as it draws it: back to the line's start, cursor hidden
+    assert drawn in printed and "\\x0d" not in printed and "\\x1b" not in printed
