@@ -10,6 +10,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import StoreUnavailableError
 from grandbo.service import Grandbo
@@ -34,7 +35,7 @@ def init(
     """Create the store (recording its embedding provider, model and dimension) and an organization."""
     with _errors(), Grandbo.init(state.settings, embedding=embedding) as grandbo:
         memory = grandbo.org(org, create=True)
-        typer.echo(f"store {grandbo.url} ready: embedding space {grandbo.space}, organization {memory.org!r}")
+        say(f"store {grandbo.url} ready: embedding space {grandbo.space}, organization {memory.org!r}")
 
 
 orgs_app = command_group("orgs", "Organizations: each one's memory is its own.")
@@ -47,7 +48,7 @@ def orgs_create(
     """Create an organization."""
     with _errors(), _open() as grandbo:
         created = grandbo.create_org(name)
-    typer.echo(f"created organization {name!r}" if created else f"organization {name!r} exists already")
+    say(f"created organization {name!r}" if created else f"organization {name!r} exists already")
 
 
 @orgs_app.command("list")
@@ -67,9 +68,9 @@ def orgs_list(
     if as_json:
         _print_json(shown)
         return
-    typer.echo("\n".join(shown) if shown else "no organizations yet")
+    say("\n".join(shown) if shown else "no organizations yet")
     if evals and not every:
-        typer.echo(
+        say(
             f"(and {len(evals)} temporary organization(s) of `grandbo eval` runs, removed when they finish or by the "
             "next run; `grandbo orgs list --all` shows them)"
         )
@@ -85,7 +86,7 @@ def orgs_delete(
         memory = grandbo.org(name)  # an unknown one is refused with the known names
         if not yes:
             keys = sum(1 for key in memory.keys.all() if key.active)
-            typer.echo(
+            say(
                 f"error: deleting organization {name!r} erases its {memory.stats().total} entries, their history, "
                 f"its incidents, ledger, profile, settings, alerts and webhook secrets, and ends its {keys} active "
                 "key(s), for good (backups keep them; `grandbo export` first to keep a copy). Run again with --yes.",
@@ -93,7 +94,7 @@ def orgs_delete(
             )
             raise typer.Exit(1)
         grandbo.drop_org(name)
-    typer.echo(f"deleted organization {name!r}")
+    say(f"deleted organization {name!r}")
 
 
 @models_app.command("prepare")
@@ -106,7 +107,7 @@ def models_prepare(
     with _errors():
         manifest = prepare(state.settings.model_dir, force=force)
     verb = "already prepared" if manifest.get("already_prepared") else "prepared"
-    typer.echo(f"{manifest['model']} {verb} in {state.settings.model_dir} ({manifest['method']})")
+    say(f"{manifest['model']} {verb} in {state.settings.model_dir} ({manifest['method']})")
 
 
 @app.command()
@@ -117,22 +118,20 @@ def backfill() -> None:
         redriven = grandbo.redriver.retry_failed()
         report = grandbo.backfill()
         unembeddable = sum(grandbo.org(name).stats().unembeddable for name in grandbo.orgs())
-    typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {unembeddable}")
+    say(f"embedded {report.embedded}, failed {report.failed}, unembeddable {unembeddable}")
     if redriven.done or redriven.failed:
-        typer.echo(f"write-behinds done {redriven.done}, failed {redriven.failed}")
+        say(f"write-behinds done {redriven.done}, failed {redriven.failed}")
     if unembeddable:  # settled, not an error: no vector exists for those texts; they are found by their words
-        typer.echo(
+        say(
             f"note: {unembeddable} entries have no vector (their text has nothing the provider can embed, e.g. "
             "stopwords only): they are found by their words; `grandbo stats --org ORG` counts them",
             err=True,
         )
     if report.errors or redriven.failed:
         if report.errors:
-            typer.echo(f"last error: {report.errors[-1]}", err=True)
+            say(f"last error: {report.errors[-1]}", err=True)
         if redriven.failed:
-            typer.echo(
-                "some write-behinds failed again: `grandbo stats --org ORG` counts them; the log says why", err=True
-            )
+            say("some write-behinds failed again: `grandbo stats --org ORG` counts them; the log says why", err=True)
         raise typer.Exit(1)
 
 
@@ -146,9 +145,9 @@ def reembed(
     current = state.settings.model_copy(update={"embedding_provider": None})
     with _errors(), Grandbo.open(current) as grandbo:
         count, report = grandbo.reembed(embedding, every_entry=every_entry)
-    typer.echo(f"switched to {embedding}: {count} entries queued, {report.embedded} embedded, {report.failed} failed")
+    say(f"switched to {embedding}: {count} entries queued, {report.embedded} embedded, {report.failed} failed")
     if report.failed:
-        typer.echo("run `grandbo backfill` once the provider answers", err=True)
+        say("run `grandbo backfill` once the provider answers", err=True)
         raise typer.Exit(1)
 
 
@@ -158,7 +157,7 @@ def migrate() -> None:
     runtime role; safe to run twice, and from two processes at once."""
     with _errors():
         versions = Grandbo.migrate(state.settings)
-    typer.echo(f"store {mask_url(state.settings.store_url).split('@')[-1]} at schema version {max(versions)}")
+    say(f"store {mask_url(state.settings.store_url).split('@')[-1]} at schema version {max(versions)}")
 
 
 @app.command()
@@ -189,10 +188,10 @@ def worker(
             done = rounds.drain()
             report, redriven = done.embed, done.redriven
             embed.maintain()
-            typer.echo(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}; "
-                       f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
+            say(f"embedded {report.embedded}, failed {report.failed}, unembeddable {report.unembeddable}; "
+                f"write-behinds done {redriven.done}, failed {redriven.failed}")  # fmt: skip
             return
-        typer.echo(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
+        say(f"worker draining {grandbo.url} (Ctrl-C to stop)", err=True)
         embed.start_maintenance(poll)  # index builds on their own thread: embedding goes on meanwhile
         rounds.watch()
         down = False
@@ -201,12 +200,12 @@ def worker(
                 idle = rounds.round().idle
             except StoreUnavailableError as error:  # a store restart: wait it out, never exit (work stays queued)
                 if not down:
-                    typer.echo(f"store unavailable, retrying every {poll:g} s: {error.message}", err=True)
+                    say(f"store unavailable, retrying every {poll:g} s: {error.message}", err=True)
                 down = True
                 stop.wait(poll)
                 continue
             if down:
-                typer.echo("store available again", err=True)
+                say("store available again", err=True)
             down = False
             if idle:
                 stop.wait(poll)
@@ -229,20 +228,20 @@ def rebuild(
         memory = grandbo.org(org)
         result = memory.rebuild(replace=force)
     if result.identical:
-        typer.echo(f"rebuilt {result.entries} entries from the log of {memory.org!r}: identical to before")
+        say(f"rebuilt {result.entries} entries from the log of {memory.org!r}: identical to before")
         return
-    typer.echo(
+    say(
         f"the log of {memory.org!r} yields {result.entries} entries: DIFFERENT from the projection "
         f"({len(result.missing)} missing, {len(result.extra)} only in the projection, {len(result.changed)} changed)"
     )
     for label, ids in (("missing", result.missing), ("only in the projection", result.extra),
                        ("changed", result.changed)):  # fmt: skip
         if ids:
-            typer.echo(f"  {label}: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
+            say(f"  {label}: {', '.join(ids[:10])}{' ...' if len(ids) > 10 else ''}")
     if result.replaced:
-        typer.echo("replaced the projection with the log's (--force)")
+        say("replaced the projection with the log's (--force)")
         return
-    typer.echo(
+    say(
         "nothing was changed. If the log is right (the projection was damaged), run `grandbo rebuild --force`; "
         "entries only in the projection would be lost, so check the log first (a backup, `grandbo export`).",
         err=True,
@@ -256,8 +255,8 @@ def backup(path: Annotated[Path, typer.Argument(help="File to write the backup t
     with _errors(), _open() as grandbo:
         swept = grandbo.backup(path)
     if swept:
-        typer.echo(f"removed {swept}: left beside {path} by a backup to it that was cut short")
-    typer.echo(f"backed up {grandbo.url} to {path}")
+        say(f"removed {swept}: left beside {path} by a backup to it that was cut short")
+    say(f"backed up {grandbo.url} to {path}")
 
 
 @app.command()
@@ -268,7 +267,7 @@ def restore(
     with _errors(), _open() as grandbo:
         kept = grandbo.restore(path)
         orgs = grandbo.orgs()
-    typer.echo(f"restored {path}: {len(orgs)} organization(s)")
+    say(f"restored {path}: {len(orgs)} organization(s)")
     if kept is not None:
-        typer.echo(f"the store it replaced is kept at {kept} (owner-only) until the next restore; delete it once "
-                   "the restored store is right")  # fmt: skip
+        say(f"the store it replaced is kept at {kept} (owner-only) until the next restore; delete it once "
+            "the restored store is right")  # fmt: skip

@@ -11,7 +11,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 from pydantic import BaseModel, ValidationError
 
-from grandbo.cli.terminal import guard
+from grandbo.cli.terminal import say
 from grandbo.config import PYTHON_YOUNG_OBJECTS, Settings
 from grandbo.config_serving import MIN_RATE
 from grandbo.errors import GrandboError, InvalidInputError
@@ -46,7 +46,7 @@ def _print_version(asked: bool) -> None:
     if asked:
         from grandbo import __version__
 
-        typer.echo(f"grandbo {__version__}")
+        say(f"grandbo {__version__}")
         raise typer.Exit()
 
 
@@ -57,7 +57,6 @@ def _root(
         bool, typer.Option("--version", callback=_print_version, is_eager=True, help="Print the version and exit.")
     ] = False,
 ) -> None:
-    guard()  # on a terminal, the text an org's senders wrote is shown, never run as the terminal's commands
     try:
         state.settings = Settings()
     except ValidationError as error:  # one line per setting, never pydantic's report (nor a value: it may be a secret)
@@ -65,10 +64,10 @@ def _root(
             field = "_".join(str(part) for part in problem["loc"])
             said = problem["msg"].removeprefix("Value error, ")
             bounds = accepted_range(field) if problem["type"] != "value_error" else None  # our validators say it
-            typer.echo(f"error: GRANDBO_{field.upper()}: {said}{f' (accepted: {bounds})' if bounds else ''}", err=True)
+            say(f"error: GRANDBO_{field.upper()}: {said}{f' (accepted: {bounds})' if bounds else ''}", err=True)
         raise typer.Exit(2) from error
     except ValueError as error:
-        typer.echo(f"error: invalid GRANDBO_ configuration: {error}", err=True)
+        say(f"error: invalid GRANDBO_ configuration: {error}", err=True)
         raise typer.Exit(2) from error
     state.verbose = verbose
     # Log lines stay off the console: what a command has to say, it prints. --verbose (or an explicit
@@ -113,11 +112,11 @@ def _errors() -> Iterator[None]:
     try:
         yield
     except GrandboError as error:
-        typer.echo(f"error: {error.message}", err=True)
+        say(f"error: {error.message}", err=True)
         raise typer.Exit(2) from error
     except OSError as error:  # a file or folder the command was given
         where = f" ({error.filename})" if error.filename else ""
-        typer.echo(f"error: {error.strerror or error}{where}. Check the path and its permissions.", err=True)
+        say(f"error: {error.strerror or error}{where}. Check the path and its permissions.", err=True)
         raise typer.Exit(2) from error
 
 
@@ -194,6 +193,6 @@ def _print_list(items: Sequence[_Listed], as_json: bool, empty: str, line: Calla
         _print_json([item.model_dump(mode="json") for item in items])
         return
     if not items:
-        typer.echo(empty)
+        say(empty)
     for item in items:
-        typer.echo(line(item))
+        say(line(item))

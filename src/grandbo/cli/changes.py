@@ -10,6 +10,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_list
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError, NotFoundError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
@@ -76,7 +77,7 @@ def change_add(
                 detail={"fields": validation_fields(error)},
             ) from None
         stored, outcome = changes.add(change)
-    typer.echo(f"{outcome} cli:{stored.id} ({stored.kind.value} of {stored.service} at {stored.at:%Y-%m-%d %H:%M}Z)")
+    say(f"{outcome} cli:{stored.id} ({stored.kind.value} of {stored.service} at {stored.at:%Y-%m-%d %H:%M}Z)")
 
 
 @change_app.command("list")

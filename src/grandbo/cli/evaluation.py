@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, state
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError
 
 bench_app = command_group("bench", "Benchmarks that print JSON.")
@@ -77,13 +78,13 @@ def eval_(
             check_run_files(run_file)
         report = evaluate(
             directory, state.settings, name, cache=cache, split=split or "test",
-            progress=lambda m: typer.echo(m, err=True),
+            progress=lambda m: say(m, err=True),
         )  # fmt: skip
     for line in report.lines:
         if as_json:
             _print_json(line)
         else:
-            typer.echo(
+            say(
                 f"{line['set']:<12} {line['arm']:<8} nDCG@10 {line['nDCG@10']:.4f}  R@5 {line['R@5']:.4f}  "
                 f"R@10 {line['R@10']:.4f}  MRR@10 {line['MRR@10']:.4f}  p50 {line['recall_p50_ms']:.2f} ms  "
                 f"p95 {line['recall_p95_ms']:.2f} ms  embed p50 {line['embed_p50_ms']:.2f} ms  "
@@ -96,10 +97,10 @@ def eval_(
     if run_file is not None:  # after the metrics are out: a failure here loses no number
         with _errors():
             for written in write_runs(report, run_file):
-                typer.echo(f"wrote {written}", err=True)
+                say(f"wrote {written}", err=True)
     missed = shortfalls(report, gates, gate_arm) if gates else []
     for sentence in missed:
-        typer.echo(f"below the bar: {sentence}", err=True)
+        say(f"below the bar: {sentence}", err=True)
     if missed:
         raise typer.Exit(1)
 
@@ -140,7 +141,7 @@ _VERDICT = ("seen_before_when_answerable", "novel_when_unanswerable", "precision
 
 def _print_separation(found: dict[str, Any]) -> None:
     """How far each arm's best score sits apart for answerable and unanswerable queries, and the verdict."""
-    typer.echo(f"{found['set']:<12} {found['answerable']} answerable, {found['unanswerable']} unanswerable queries:")
+    say(f"{found['set']:<12} {found['answerable']} answerable, {found['unanswerable']} unanswerable queries:")
     for arm, figures in found["separation"].items():
         top = {name: "-" if figures[name] is None else f"{figures[name]:.4f}" for name in _TOP}
         line = (
@@ -153,7 +154,7 @@ def _print_separation(found: dict[str, Any]) -> None:
                 f"; verdict: seen before when answerable {share['seen_before_when_answerable']}, novel when "
                 f"unanswerable {share['novel_when_unanswerable']}, precision {share['precision_seen_before']}"
             )
-        typer.echo(line)
+        say(line)
 
 
 @app.command("calibrate")
@@ -199,14 +200,14 @@ def calibrate(
     if as_json:
         _print_json({"org": memory.org, "calibration": stored.model_dump(), "on_its_own_queries": fitted})
         return
-    typer.echo(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}")
-    typer.echo(
+    say(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}")
+    say(
         f"on those queries: seen before when answerable {fitted['seen_before_when_answerable']:.2f}, "
         f"novel when unanswerable {fitted['novel_when_unanswerable']:.2f} (in-sample: hold some queries out "
         "and check them with `grandbo recall` or a second set)"
     )
-    typer.echo(f"to go back to the model's shipped calibration, if any: grandbo settings calibration --remove "
-               f"--org {memory.org}")  # fmt: skip
+    say(f"to go back to the model's shipped calibration, if any: grandbo settings calibration --remove "
+        f"--org {memory.org}")  # fmt: skip
 
 
 def _print_result(result: dict[str, Any], as_json: bool, width: int) -> None:
@@ -215,7 +216,7 @@ def _print_result(result: dict[str, Any], as_json: bool, width: int) -> None:
         _print_json(result)
     else:
         for key, value in result.items():
-            typer.echo(f"{key:>{width}}: {value}")
+            say(f"{key:>{width}}: {value}")
 
 
 @bench_app.command("recall")
@@ -236,7 +237,7 @@ def bench_recall(
             entries=entries,
             queries=queries,
             embedding=embedding,
-            progress=lambda m: typer.echo(m, err=True),
+            progress=lambda m: say(m, err=True),
         )
     _print_result(result, as_json, 18)
 
@@ -256,7 +257,7 @@ def bench_serve(
 
     with _errors():
         result = run(state.settings, entries=entries, clients=clients, seconds=seconds, embedding=embedding,
-                     progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+                     progress=lambda m: say(m, err=True))  # fmt: skip
     _print_result(result, as_json, 22)
 
 
@@ -304,7 +305,7 @@ def bench_tenants(
         database_url = state.settings.database_url if backend == "postgres" else None
         result = run(state.settings.model_copy(update={"database_url": database_url}), orgs=orgs, entries=entries,
                      clients=clients, seconds=seconds, processes=processes, import_entries=import_entries,
-                     progress=lambda m: typer.echo(m, err=True))  # fmt: skip
+                     progress=lambda m: say(m, err=True))  # fmt: skip
     _print_result(result, as_json, 24)
 
 
@@ -336,4 +337,4 @@ def demo(
         run_public(org if org != "demo" else None, path, as_json)
         return
     with _errors():
-        run_demo(state.settings, org, typer.echo, replace=replace)
+        run_demo(state.settings, org, say, replace=replace)

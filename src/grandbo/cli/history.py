@@ -12,6 +12,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
 from grandbo.cli.demo import demo_store
+from grandbo.cli.terminal import say
 from grandbo.errors import ImportFormatError
 from grandbo.history.importer import HistoryReport, import_history
 from grandbo.history.public import PUBLIC_MAPPING, public_file
@@ -31,7 +32,7 @@ def _progress() -> Iterator[Callable[[int, int | None], None]]:
             nonlocal reported
             if total and total >= 10_000 and (done - reported >= total // 10 or done >= total):
                 reported = done
-                typer.echo(f"import-from: {done} of about {total} records", err=True)
+                say(f"import-from: {done} of about {total} records", err=True)
 
         yield count
         return
@@ -59,15 +60,15 @@ def _show(report: HistoryReport, as_json: bool, waiting: int) -> None:
         _print_json(report.to_dict())
         return
     verb = "would import" if report.dry_run else "imported"
-    typer.echo(f"{report.source}: {verb} {report.imported}, updated {report.updated}, unchanged {report.unchanged}, "
-               f"skipped {report.skipped}, refused {len(report.refused) + report.refused_more}")  # fmt: skip
+    say(f"{report.source}: {verb} {report.imported}, updated {report.updated}, unchanged {report.unchanged}, "
+        f"skipped {report.skipped}, refused {len(report.refused) + report.refused_more}")  # fmt: skip
     if report.decisions:
-        typer.echo("decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(report.decisions.items())))
+        say("decisions: " + ", ".join(f"{k} {v}" for k, v in sorted(report.decisions.items())))
     for refusal in report.refused:
-        typer.echo(f"  {refusal['location']}: {refusal['reason']}", err=True)
+        say(f"  {refusal['location']}: {refusal['reason']}", err=True)
     if waiting:
-        typer.echo(f"{waiting} entries wait for their vectors (recall finds them by their words meanwhile): a running "
-                   "`grandbo serve` or `grandbo worker` embeds them, or `grandbo backfill` now.", err=True)  # fmt: skip
+        say(f"{waiting} entries wait for their vectors (recall finds them by their words meanwhile): a running "
+            "`grandbo serve` or `grandbo worker` embeds them, or `grandbo backfill` now.", err=True)  # fmt: skip
 
 
 def _interrupted(report: HistoryReport) -> str:
@@ -111,7 +112,7 @@ def import_from(
                                         progress=progress, total=count_lines(path))  # fmt: skip
                 waiting = 0 if dry_run else memory.stats().pending
         except Interrupted as stop:  # Ctrl-C: exit 130, as a shell expects, saying how far it got and what next
-            typer.echo(_interrupted(stop.report), err=True)
+            say(_interrupted(stop.report), err=True)
             raise typer.Exit(130) from None
     _show(report, as_json, waiting)
     if report.refused:
@@ -130,6 +131,6 @@ def run_public(org: str | None, path: Path | None, as_json: bool) -> None:
                                         progress=progress, total=count_lines(found))  # fmt: skip
     _show(report, as_json, 0)
     if not as_json:
-        typer.echo(f'Try it: grandbo recall --org {name} "database failover left the primary read-only"')
+        say(f'Try it: grandbo recall --org {name} "database failover left the primary read-only"')
     if report.refused:
         raise typer.Exit(1)

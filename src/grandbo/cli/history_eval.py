@@ -9,24 +9,25 @@ from typing import Any
 import typer
 
 from grandbo.cli.app import _errors, _open, _print_json, state
+from grandbo.cli.terminal import say
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
     dev, test = summary["dev"], summary["test"]
-    typer.echo(
+    say(
         f"history of {summary['org']!r}: {summary['incidents']} past incidents ({summary['imported']} imported, "
         f"{summary['native']} closed here, {summary['unlabelled']} without labels), {summary['documents']} memories "
         f"in the set ({summary['documents_cut']} left empty once their incident's question was cut out)"
     )
-    typer.echo(
+    say(
         f"  dev  (older, and {summary['undated']} undated): {dev['answerable']} answerable, "
         f"{dev['unanswerable']} unanswerable (category seen once, held out)"
     )
     since = f"from {summary['test_from'][:10]}" if summary["test_from"] else "none dated"
-    typer.echo(f"  test (newer, {since}): {test['answerable']} answerable, {test['unanswerable']} unanswerable")
+    say(f"  test (newer, {since}): {test['answerable']} answerable, {test['unanswerable']} unanswerable")
     skipped = summary["not_asked"]
     if any(skipped.values()):
-        typer.echo(
+        say(
             f"  not asked: {skipped['no_symptoms']} say too little of what was seen, {skipped['nothing_left']} "
             "have nothing left to find once that is taken out (their memories stay in the corpus)"
         )
@@ -46,14 +47,14 @@ def eval_from_history(
             built = build(grandbo.org(org))
             name = embedding or state.settings.embedding_provider or grandbo.space.provider
         get_provider(name, state.settings)  # an unknown name, before the corpus is embedded
-        report = evaluate_history(built, state.settings, name, cache=cache, progress=lambda m: typer.echo(m, err=True))
+        report = evaluate_history(built, state.settings, name, cache=cache, progress=lambda m: say(m, err=True))
     if as_json:
         for item in [report.summary, *report.lines, *report.separations]:
             _print_json(item)
     else:
         _print_summary(report.summary)
         for line in report.lines:
-            typer.echo(
+            say(
                 f"{line['split']:<5} {line['arm']:<8} nDCG@10 {line['nDCG@10']:.4f}  R@5 {line['R@5']:.4f}  "
                 f"R@10 {line['R@10']:.4f}  MRR@10 {line['MRR@10']:.4f}  own incident R@10 {line['R@10_own']:.4f}  "
                 f"p50 {line['recall_p50_ms']:.2f} ms  refused {line['refused']}"
@@ -63,9 +64,9 @@ def eval_from_history(
     test = {line["arm"]: line for line in report.lines if line["split"] == "test"}
     missed = [f"test {arm} {m} {test[arm][m]:.4f} < {bar}" for m, bar in gates if arm in test and test[arm][m] < bar]
     for sentence in missed:
-        typer.echo(f"below the bar: {sentence}", err=True)
+        say(f"below the bar: {sentence}", err=True)
     if gates and arm not in test:
-        typer.echo("below the bar: the test split has no judged query to hold the bar to", err=True)
+        say("below the bar: the test split has no judged query to hold the bar to", err=True)
     if missed or (gates and arm not in test):
         raise typer.Exit(1)
 
@@ -86,13 +87,13 @@ def calibrate_from_history(org: str | None, as_json: bool) -> None:
                      "dev": fitted.dev, "test": fitted.test})  # fmt: skip
         return
     _print_summary(fitted.summary)
-    typer.echo(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}; stored")
+    say(f"calibrated {stored.provider}:{stored.model} for {memory.org!r} on {stored.fitted_on}; stored")
     for split, found in (("dev", fitted.dev), ("test", fitted.test)):
         shown = {k: "-" if v is None else f"{v:.2f}" for k, v in found.items()}
-        typer.echo(
+        say(
             f"  {split:<4} ({found['answerable']} answerable, {found['unanswerable']} unanswerable): accuracy "
             f"{shown['accuracy']}, seen before when answerable {shown['seen_before_when_answerable']}, novel when "
             f"unanswerable {shown['novel_when_unanswerable']}, AUC {shown['auc']}"
         )
-    typer.echo(f"to go back to the model's shipped calibration, if any: grandbo settings calibration --remove "
-               f"--org {memory.org}")  # fmt: skip
+    say(f"to go back to the model's shipped calibration, if any: grandbo settings calibration --remove "
+        f"--org {memory.org}")  # fmt: skip

@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_text, app
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError
 from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
@@ -72,7 +73,7 @@ def incident_open(
                 incident = memory.alert_groups.open_from_alerts(ids, title=title, incident_id=incident_id,
                                                                 actor="cli")  # fmt: skip
             count = len(incident.alerts)
-            typer.echo(f"opened {incident.id}: {incident.title} ({count} alert{'' if count == 1 else 's'})")
+            say(f"opened {incident.id}: {incident.title} ({count} alert{'' if count == 1 else 's'})")
             return
         if not title:
             raise InvalidInputError("An incident needs a title (what is happening), or --from-alerts / --from-group.",
@@ -81,7 +82,7 @@ def incident_open(
             title, services=service or [], severity=severity, symptoms=symptom or [], alerts=alert or [],
             incident_id=incident_id, actor="cli",
         )  # fmt: skip
-    typer.echo(f"opened {incident.id}")
+    say(f"opened {incident.id}")
 
 
 @incident_app.command("finding")
@@ -104,7 +105,7 @@ def incident_finding(
             incident_id, summary, status=status, mechanism=mechanism, component=component, symptom=symptom,
             root_cause=root_cause, remediation=remediation, runbook_id=runbook, services=service or [], actor="cli",
         )  # fmt: skip
-    typer.echo(f"{incident_id}: finding {finding.id} ({finding.status.value})")
+    say(f"{incident_id}: finding {finding.id} ({finding.status.value})")
 
 
 @incident_app.command("update-finding")
@@ -120,7 +121,7 @@ def incident_update_finding(
     changes = {k: v for k, v in {"status": status, "root_cause": root_cause, "remediation": remediation}.items() if v}
     with _errors(), _open() as grandbo:
         finding = grandbo.org(org).incidents.update_finding(incident_id, finding_id, actor="cli", **changes)
-    typer.echo(f"{incident_id}: finding {finding.id} is {finding.status.value}")
+    say(f"{incident_id}: finding {finding.id} is {finding.status.value}")
 
 
 @incident_app.command("close")
@@ -139,7 +140,7 @@ def incident_close(
             actor="cli",
         )  # fmt: skip
     written = ", ".join(incident.memory.values()) or "nothing (no corroborated finding)"
-    typer.echo(f"closed {incident.id}; memory: {written}; sync {incident.memory_sync}")
+    say(f"closed {incident.id}; memory: {written}; sync {incident.memory_sync}")
 
 
 @incident_app.command("show")
@@ -197,7 +198,7 @@ def runbook_add(
     with _errors(), _open() as grandbo:
         entry = grandbo.org(org).runbooks.add(runbook_id, title, step, description=description,
                                                 services=service or [], actor="cli")  # fmt: skip
-    typer.echo(f"remembered runbook {entry.id}")
+    say(f"remembered runbook {entry.id}")
 
 
 @runbook_app.command("stats")
@@ -219,7 +220,7 @@ def runbook_stats(
     where = f" on {record.service}" if record.service else ""
     if not (record.attempts or record.recommended or record.thumbs_up or record.thumbs_down):
         counted = overall.attempts + overall.recommended + overall.thumbs_up + overall.thumbs_down
-        typer.echo(
+        say(
             f"{record.runbook_id}{where}: no outcome recorded{where} yet"
             + (f" ({counted} on every service: `grandbo runbook stats {record.runbook_id}`)" if service else "")
             + f"; `grandbo outcome {record.runbook_id} --kind succeeded{f' --service {service}' if service else ''}`"
@@ -228,13 +229,13 @@ def runbook_stats(
         return
     low, high = record.interval
     mttr = f"{record.mttr_median_s / 60:.1f} min" if record.mttr_median_s is not None else "unknown"
-    typer.echo(
+    say(
         f"{record.runbook_id}{where}: {record.successes} of {record.attempts} attempts succeeded "
         f"(recommended {record.recommended} times)"
     )
-    typer.echo(f"  win rate {record.win_rate:.2f} (90% interval {low:.2f}-{high:.2f})")
-    typer.echo(f"  time to mitigate: median {mttr}, trend {record.mttr_trend}")
-    typer.echo(f"  ratings: {record.thumbs_up} up, {record.thumbs_down} down")
+    say(f"  win rate {record.win_rate:.2f} (90% interval {low:.2f}-{high:.2f})")
+    say(f"  time to mitigate: median {mttr}, trend {record.mttr_trend}")
+    say(f"  ratings: {record.thumbs_up} up, {record.thumbs_down} down")
 
 
 @app.command("outcome")
@@ -254,7 +255,7 @@ def outcome(
             runbook_id, kind, incident_id=incident, service=service, time_to_mitigate_s=ttm, rating=rating,
             comment=comment, actor="cli",
         )  # fmt: skip
-    typer.echo(f"recorded {kind} for {runbook_id}")
+    say(f"recorded {kind} for {runbook_id}")
 
 
 @catalog_app.command("import")
@@ -267,7 +268,7 @@ def catalog_import(
     with _errors(), _open() as grandbo:
         text = _read_text(path)
         services = grandbo.org(org).catalog.import_text(text, replace=replace, actor="cli")
-    typer.echo(f"imported {len(services)} services")
+    say(f"imported {len(services)} services")
 
 
 @catalog_app.command("show")
@@ -280,13 +281,13 @@ def catalog_show(org: OrgOption = None, as_json: JsonOption = False) -> None:
         _print_json(topology.to_dict())
         return
     if not topology.names:
-        typer.echo(
+        say(
             f"no services in the catalog of org {memory.org!r} yet; import one with "
             f"`grandbo catalog import FILE --org {memory.org}` (YAML or JSON: services with their depends_on)"
         )
     for name in topology.names:
         service = topology.services.get(name)
-        typer.echo(f"{name}: depends on {', '.join(service.depends_on) if service and service.depends_on else '-'}")
+        say(f"{name}: depends on {', '.join(service.depends_on) if service and service.depends_on else '-'}")
 
 
 _WEIGHTS = DEFAULT_POLICY.rerank.weights  # the defaults an organization's own weights replace
@@ -329,7 +330,7 @@ def settings_policy(org: OrgOption = None, as_json: JsonOption = False) -> None:
     rows = [(name, _shown(value), meaning) for name, value, meaning in policy.rows()]
     name_width, value_width = (max(len(row[i]) for row in rows) for i in (0, 1))
     for name, value, meaning in rows:
-        typer.echo(f"{name:<{name_width}}  {value:<{value_width}}  {meaning}")
+        say(f"{name:<{name_width}}  {value:<{value_width}}  {meaning}")
 
 
 def _shown(value: Any) -> str:
@@ -352,10 +353,10 @@ def settings_language(
     with _errors(), _open() as grandbo:
         settings = grandbo.org(org).org_settings
         if language is None:
-            typer.echo(f"language: {settings.language()}")
+            say(f"language: {settings.language()}")
             return
         changed = settings.set_language(language, actor="cli")
-    typer.echo(f"language: {changed['language']} ({changed['rederived']} entries' terms derived again)")
+    say(f"language: {changed['language']} ({changed['rederived']} entries' terms derived again)")
 
 
 @settings_app.command("learning")
@@ -372,7 +373,7 @@ def settings_learning(
         if auto_apply is not None:
             memory.org_settings.set_auto_apply_learned(auto_apply, actor="cli")
         enabled = memory.org_settings.auto_apply_learned()
-    typer.echo("learned notes apply at once (auto-apply)" if enabled else "learned notes wait for review")
+    say("learned notes apply at once (auto-apply)" if enabled else "learned notes wait for review")
 
 
 @settings_app.command("redaction")
@@ -388,7 +389,7 @@ def settings_redaction(
     """Show, or change, the patterns masked before text is stored, embedded, indexed or sent to an LLM."""
     pairs = [item.split("=", 1) for item in add or []]
     if any(len(pair) != 2 for pair in pairs):
-        typer.echo("error: --add takes NAME=REGEX", err=True)
+        say("error: --add takes NAME=REGEX", err=True)
         raise typer.Exit(2)
     with _errors(), _open() as grandbo:
         settings = grandbo.org(org).org_settings
@@ -421,18 +422,18 @@ def settings_calibration(
         _print_json(now.model_dump(mode="json"))
         return
     if remove:
-        typer.echo(f"removed the calibration of org {memory.org!r} (its history is kept)")
+        say(f"removed the calibration of org {memory.org!r} (its history is kept)")
     if now.calibration is None:
-        typer.echo(
+        say(
             f"verdict calibration for {now.space}: none, so recall gives no seen-before verdict (uncalibrated); "
             f"{FIT_ONE.format(org=memory.org)}"
         )
     else:
         whose = "the organization's own" if now.applies == "organization" else "the one shipped with Grandbo"
         fitted = f", fitted on {now.calibration.fitted_on}" if now.calibration.fitted_on else ""
-        typer.echo(f"verdict calibration for {now.space}: {whose}{fitted}")
+        say(f"verdict calibration for {now.space}: {whose}{fitted}")
     if now.unused is not None:
-        typer.echo(
+        say(
             f"the organization's own calibration is for {now.unused.provider}:{now.unused.model}, not this model: "
             f"kept but not used (`grandbo settings calibration --remove --org {memory.org}` removes it)"
         )

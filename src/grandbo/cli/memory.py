@@ -12,6 +12,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, app, counted
 from grandbo.cli.options import SeverityOption
+from grandbo.cli.terminal import say
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
 from grandbo.retrieval.recall import MAX_K
 from grandbo.retrieval.text import words_of
@@ -45,14 +46,14 @@ def remember(
         body = sys.stdin.read()
     pairs = [item.split("=", 1) for item in meta or []]
     if any(len(pair) != 2 for pair in pairs):
-        typer.echo("error: --meta takes KEY=VALUE", err=True)
+        say("error: --meta takes KEY=VALUE", err=True)
         raise typer.Exit(2)
     data: dict[str, Any] = {"title": title, "body": body, "kind": kind, "tags": tag or [], "services": service or [],
                             "meta": dict(pairs)}  # fmt: skip
     data.update({k: v for k, v in {"severity": severity, "occurred_at": occurred_at, "id": entry_id}.items() if v})
     with _errors(), _open() as grandbo:
         entry = grandbo.org(org).remember(data, actor="cli", idempotency_key=idempotency_key)
-    _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"remembered {entry.id}")
+    _print_json(entry.model_dump(mode="json")) if as_json else say(f"remembered {entry.id}")
 
 
 @app.command()
@@ -85,7 +86,7 @@ def correct(
     }
     with _errors(), _open() as grandbo:
         entry = grandbo.org(org).correct(entry_id, changes, reason=reason, actor="cli")
-    _print_json(entry.model_dump(mode="json")) if as_json else typer.echo(f"{entry_id} superseded by {entry.id}")
+    _print_json(entry.model_dump(mode="json")) if as_json else say(f"{entry_id} superseded by {entry.id}")
 
 
 @app.command()
@@ -97,7 +98,7 @@ def retire(
     """Retire an entry: it leaves recall; its history stays."""
     with _errors(), _open() as grandbo:
         grandbo.org(org).retire(entry_id, reason=reason, actor="cli")
-    typer.echo(f"retired {entry_id}")
+    say(f"retired {entry_id}")
 
 
 @app.command("import")
@@ -118,13 +119,13 @@ def import_(
     if as_json:
         _print_json(report.to_dict())
     else:
-        typer.echo(
+        say(
             f"imported {report.imported} entries, {report.already} already there; {len(report.refused)} line(s) refused"
         )
         for line, message in report.problems:
-            typer.echo(f"  line {line}: {message}" + ("" if line in report.refused else " (stored)"), err=True)
+            say(f"  line {line}: {message}" + ("" if line in report.refused else " (stored)"), err=True)
         if report.stopped:
-            typer.echo(f"stopped: {report.stopped}", err=True)
+            say(f"stopped: {report.stopped}", err=True)
     if not report.complete:
         raise typer.Exit(1)
 
@@ -154,7 +155,7 @@ def _progress() -> Iterator[Callable[[int, int], None]]:
         nonlocal reported
         if total >= 10_000 and (done - reported >= total // 10 or done == total):
             reported = done
-            typer.echo(f"import: {done} of {total} lines", err=True)
+            say(f"import: {done} of {total} lines", err=True)
 
     yield count
 
@@ -181,15 +182,15 @@ def export_(
             if with_secrets:
                 raise typer.BadParameter("--with-secrets goes with the whole log; --entries holds no secrets.")
             count = grandbo.org(org).export_file(path)
-            typer.echo(f"exported {count} entries to {path}")
+            say(f"exported {count} entries to {path}")
             return
         counts = grandbo.org(org).export_log(path, with_secrets=with_secrets)
-    typer.echo(
+    say(
         f"exported {counts['events']} entry events, {counts['vectors']} vectors, {counts['document_events']} "
         f"document events and {counts['documents']} documents to {path}"
     )
     if counts["secrets_withheld"]:
-        typer.echo(
+        say(
             f"note: the webhook signing secrets of {counts['secrets_withheld']} source(s) were left out; the import "
             "names them. To move the organization with them, export again with --with-secrets (the file is "
             "owner-only; keep it as safe as the secrets).",
@@ -220,12 +221,12 @@ def import_events(
     if as_json:
         _print_json(report.to_dict())
         return
-    typer.echo(
+    say(
         f"replayed {report.events} entry events ({report.entries} entries, {report.vectors_kept} vectors kept, "
         f"{report.embedded} embedded), {report.document_events} document events, {report.documents} documents"
     )
     for note in report.notes:
-        typer.echo(f"note: {note}", err=True)
+        say(f"note: {note}", err=True)
 
 
 @app.command()
@@ -238,7 +239,7 @@ def purge(
     """Erase an entry's text and vector for good (admin, audited): redacted in the log, gone from every read."""
     with _errors(), _open() as grandbo:
         grandbo.org(org).purge(entry_id, reason=reason, actor=actor)
-    typer.echo(f"purged {entry_id}")
+    say(f"purged {entry_id}")
 
 
 @app.command("purge-text")
@@ -258,14 +259,14 @@ def purge_text(
         report = memory.erasure.purge_text(secret, reason=reason, actor=actor, exact=exact)
     if not report.found:
         how = "in this exact case" if exact else "in any case"
-        typer.echo(
+        say(
             f"found nowhere in org {memory.org!r} ({how}): nothing erased, no erasure recorded. Check the spelling"
             + ("" if not exact else ", or drop --exact to match any case")
             + ".",
             err=True,
         )
         raise typer.Exit(1)
-    typer.echo(
+    say(
         f"erased ({report.erasure_id}): {counted(len(report.entries), 'entry', 'entries')} purged, "
         f"{counted(report.documents, 'document', 'documents')} and "
         f"{counted(report.document_events, 'history event', 'history events')} redacted"
@@ -276,22 +277,22 @@ def purge_text(
 
 
 def _print_recall(result: RecallResult) -> None:
-    typer.echo(
+    say(
         f"topic: {result.topic}  ({result.arm.value}, {counted(len(result.hits), 'hit', 'hits')}, "
         f"{result.timings.total_ms:.1f} ms)"
     )
     if result.seen_before is not None:
         verdict = "seen before" if result.seen_before else "NO SIMILAR PAST INCIDENT"
-        typer.echo(f"answer: {verdict} (calibrated probability {result.evidence:.2f})")
+        say(f"answer: {verdict} (calibrated probability {result.evidence:.2f})")
     elif result.calibration == NO_VECTOR_VERDICT:
-        typer.echo(
+        say(
             "answer: no verdict (no cosine to weigh: the query could not be embedded, or no memory has a "
             "vector yet; these are the lexical arm's best matches)"
         )
     elif result.calibration == PENDING_VERDICT:
-        typer.echo(f"answer: no verdict ({WAITING_WORDS}; how many, and what to run, in the note below)")
+        say(f"answer: no verdict ({WAITING_WORDS}; how many, and what to run, in the note below)")
     elif result.calibration == "uncalibrated":
-        typer.echo("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
+        say("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
     words = words_of(result.topic)  # the question's words, not the index's stems (--json has those)
     for hit in result.hits:
         entry, why = hit.entry, hit.why
@@ -305,18 +306,18 @@ def _print_recall(result: RecallResult) -> None:
             parts.append(f"vector #{why.vector.rank} cos {why.vector.similarity:.3f}")
         label = f" [{hit.label}]" if hit.label else ""
         held = "" if hit.composite in (None, hit.sort_score) else f" (composite {hit.composite:.4f})"  # band-held
-        typer.echo(f"{hit.rank:>3}. {hit.sort_score:.4f}{held}  {entry.id}  {entry.title}{label}")
+        say(f"{hit.rank:>3}. {hit.sort_score:.4f}{held}  {entry.id}  {entry.title}{label}")
         facts = " ".join(filter(None, [entry.kind.value, entry.severity, *entry.services]))  # a runbook may have none
-        typer.echo(f"      {facts} | {' | '.join(parts)}")
+        say(f"      {facts} | {' | '.join(parts)}")
         if why.rerank:
             r = why.rerank
-            typer.echo(
+            say(
                 f"      = {r.similarity.contribution:+.3f} similarity {r.service.contribution:+.3f} service "
                 f"({r.service.note}) {r.severity.contribution:+.3f} severity {r.effectiveness.contribution:+.3f} "
                 f"runbook ({r.effectiveness.note}) {r.age.contribution:+.3f} age"
             )
     for note in result.notes:
-        typer.echo(f"note: {note}")
+        say(f"note: {note}")
 
 
 @app.command()
@@ -367,4 +368,4 @@ def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
     shown = figures.model_dump()
     width = max(map(len, shown))
     for key, value in shown.items():
-        typer.echo(f"{key:>{width}}: {value if key != 'space' else figures.space}")
+        say(f"{key:>{width}}: {value if key != 'space' else figures.space}")

@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_json, _read_text, app
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.retrieval.recall import MAX_K
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
@@ -44,7 +45,7 @@ def profile_set(
     if fact:
         pairs = [item.split("=", 1) for item in fact]
         if any(len(pair) != 2 for pair in pairs):
-            typer.echo("error: --fact takes KEY=TEXT", err=True)
+            say("error: --fact takes KEY=TEXT", err=True)
             raise typer.Exit(2)
         changes["facts"] = dict(pairs)
     voice = {"tone": tone, "preferred_words": prefer, "avoided_words": avoid, "sentence_style": sentences}
@@ -55,7 +56,7 @@ def profile_set(
             changes["people"] = _read_json(people, "a list of people: [{name, role, notes}]")
     with _errors(), _open() as grandbo:
         profile = grandbo.org(org).profile.update(changes, actor="cli")
-    typer.echo(f"profile at version {profile.version}")
+    say(f"profile at version {profile.version}")
 
 
 @app.command("edit")
@@ -78,11 +79,11 @@ def edit(
                      "learned": note.model_dump(mode="json") if note else None})  # fmt: skip
         return
     later = "; the LLM's classification follows" if signal.awaiting_llm else ""  # its write-behind did not finish
-    typer.echo(f"{signal.category.value}: {signal.summary} (by {signal.classified_by}{later})")
+    say(f"{signal.category.value}: {signal.summary} (by {signal.classified_by}{later})")
     if note:
-        typer.echo(f"learned {note.id}: {note.text}")
+        say(f"learned {note.id}: {note.text}")
         if note.status == "pending":  # it reaches no prompt yet: say what makes it count
-            typer.echo(f"pending review: `grandbo notes approve {note.id}` puts it in the context block")
+            say(f"pending review: `grandbo notes approve {note.id}` puts it in the context block")
 
 
 @notes_app.command("list")
@@ -113,7 +114,7 @@ def notes_approve(note_id: NoteArg, org: OrgOption = None) -> None:
     """Approve a pending learned note: from now on it is part of the context block."""
     with _errors(), _open() as grandbo:
         note = grandbo.org(org).learning.approve_note(note_id, actor="cli")
-    typer.echo(f"approved {note.id}: {note.text}")
+    say(f"approved {note.id}: {note.text}")
 
 
 @notes_app.command("edit")
@@ -125,7 +126,7 @@ def notes_edit(
     """Reword a learned note."""
     with _errors(), _open() as grandbo:
         note = grandbo.org(org).learning.edit_note(note_id, text, actor="cli")
-    typer.echo(f"{note.id} is now: {note.text}")
+    say(f"{note.id} is now: {note.text}")
 
 
 @notes_app.command("reject")
@@ -133,7 +134,7 @@ def notes_reject(note_id: NoteArg, org: OrgOption = None) -> None:
     """Reject a learned note: it leaves the profile and is never learned again."""
     with _errors(), _open() as grandbo:
         grandbo.org(org).learning.reject_note(note_id, actor="cli")
-    typer.echo(f"rejected {note_id}")
+    say(f"rejected {note_id}")
 
 
 @notes_app.command("delete")
@@ -142,7 +143,7 @@ def notes_delete(note_id: NoteArg, org: OrgOption = None) -> None:
     GRANDBO_NOTES_PER_ORG; its rule is never learned again, as after a rejection."""
     with _errors(), _open() as grandbo:
         status = grandbo.org(org).learning.delete_note(note_id, actor="cli")
-    typer.echo(f"deleted {note_id} (it was {status}; its rule will not be learned again)")
+    say(f"deleted {note_id} (it was {status}; its rule will not be learned again)")
 
 
 @notes_app.command("prune")
@@ -154,8 +155,8 @@ def notes_prune(org: OrgOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json(pruned.to_dict())
         return
-    typer.echo(f"deleted {pruned.rejected} rejected and {pruned.archived} archived notes (the rejected rules stay "
-               "unlearned)")  # fmt: skip
+    say(f"deleted {pruned.rejected} rejected and {pruned.archived} archived notes (the rejected rules stay "
+        "unlearned)")  # fmt: skip
 
 
 @app.command("context")
@@ -172,9 +173,9 @@ def context(
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         block = memory.context(content_type=content_type, topic=topic, budget=budget)
-    _print_json(block.model_dump()) if as_json else typer.echo(block.text)
+    _print_json(block.model_dump()) if as_json else say(block.text)
     if not as_json and not block.text.strip():  # said on stderr: what is piped into a prompt stays the block
-        typer.echo(
+        say(
             f"the context block of org {memory.org!r} is empty: type the profile (`grandbo profile set --fact "
             f"NAME=TEXT --org {memory.org}`) or approve learned notes (`grandbo notes list`)",
             err=True,

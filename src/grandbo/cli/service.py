@@ -19,6 +19,7 @@ import typer
 from grandbo.api.waiting import Waiting
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, app, state
 from grandbo.cli.options import command_group
+from grandbo.cli.terminal import say
 from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError, NotFoundError
 from grandbo.memory import OrgMemory
@@ -96,14 +97,14 @@ def serve(
     # The app and the model built: out of the cycle collector's way for good (each full collection stopped every
     # request for a quarter of a second).
     log.info("heap.settled", frozen=settle(settings.gc_young_objects), young_objects=settings.gc_young_objects)
-    typer.echo(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
+    say(f"grandbo serving {grandbo.url} on http://{host}:{port} (REST /v1, MCP /mcp)", err=True)
     if not answered:
         error = grandbo.health.error()
         why = error.message if error else ""
-        typer.echo(f"degraded: the embedding provider did not answer ({why}); recall is lexical only and writes are "
-                   "queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
+        say(f"degraded: the embedding provider did not answer ({why}); recall is lexical only and writes are "
+            "queued for embedding until it does (GET /readyz)", err=True)  # fmt: skip
     if not workers:
-        typer.echo(
+        say(
             "--no-worker: this process embeds no memory; run `grandbo worker` against the same store, or new "
             "memories stay pending (lexical only; GET /readyz shows the outbox)",
             err=True,
@@ -156,8 +157,8 @@ def _listen(host: str, port: int) -> socket.socket:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         return socket.create_server((host, port), family=family, backlog=BACKLOG)
     except OSError as error:
-        typer.echo(f"error: cannot listen on {host}:{port}: {error.strerror or error}. Stop the process that "
-                   "holds it, or pass another --port (or --host).", err=True)  # fmt: skip
+        say(f"error: cannot listen on {host}:{port}: {error.strerror or error}. Stop the process that "
+            "holds it, or pass another --port (or --host).", err=True)  # fmt: skip
         raise typer.Exit(2) from error
 
 
@@ -255,8 +256,8 @@ def keys_create(
     if as_json:
         _print_json({**record.model_dump(mode="json"), "key": key})
         return
-    typer.echo(f"created {record.scope.value} key {record.id} for {grandbo.org(org).org!r}; it is shown only now:")
-    typer.echo(key)
+    say(f"created {record.scope.value} key {record.id} for {grandbo.org(org).org!r}; it is shown only now:")
+    say(key)
 
 
 @keys_app.command("list")
@@ -282,7 +283,7 @@ def keys_revoke(
     with _errors(), _open() as grandbo:
         grandbo.org(org).keys.revoke(key_id, actor="cli")
         window = grandbo.settings.key_cache_seconds
-    typer.echo(f"revoked {key_id}" + (f"; a running server refuses it within {window:g} s" if window else ""))
+    say(f"revoked {key_id}" + (f"; a running server refuses it within {window:g} s" if window else ""))
 
 
 @webhooks_app.command("add")
@@ -306,7 +307,7 @@ def webhooks_add(
         given = _secret(secret_file, secret)
         with _open() as grandbo:
             count = grandbo.org(org).webhook_secrets.add(source, given, actor="cli")
-    typer.echo(f"{source}: {count} secret(s) accepted")
+    say(f"{source}: {count} secret(s) accepted")
 
 
 def _secret(path: str | None, secret: str | None) -> str:
@@ -338,6 +339,6 @@ def webhooks_rotate_done(
     with _errors(), _open() as grandbo:
         dropped = grandbo.org(org).webhook_secrets.remove_all_but_newest(source, actor="cli")
     if dropped:
-        typer.echo(f"{source}: {dropped} older secret(s) dropped; only the newest is accepted now")
+        say(f"{source}: {dropped} older secret(s) dropped; only the newest is accepted now")
     else:
-        typer.echo(f"{source}: one secret held, nothing to drop (no rotation was under way)")
+        say(f"{source}: one secret held, nothing to drop (no rotation was under way)")

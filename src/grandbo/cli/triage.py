@@ -9,6 +9,7 @@ import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _read_json, app, read_bytes
 from grandbo.cli.options import SeverityOption
+from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
 from grandbo.triage import TriagePlan
@@ -41,40 +42,38 @@ _VENDOR_KEYS = (("pagerduty", {"event"}), ("opsgenie", {"action", "alert"}), ("a
 
 
 def _show(plan: TriagePlan) -> None:
-    typer.echo(f"Alert: {plan.query}")
-    typer.echo(f"  {plan.recurrence} ({plan.similar_alerts} like it in 30 days); plan by {plan.path}, "
-               f"recall {plan.recall_arm}, {plan.timings.total_ms:.0f} ms")  # fmt: skip
+    say(f"Alert: {plan.query}")
+    say(f"  {plan.recurrence} ({plan.similar_alerts} like it in 30 days); plan by {plan.path}, "
+        f"recall {plan.recall_arm}, {plan.timings.total_ms:.0f} ms")  # fmt: skip
     for mechanism in plan.mechanisms:
-        typer.echo(f"  mechanism ({mechanism.confidence:.2f}): {mechanism.text} [{', '.join(mechanism.cites)}]")
+        say(f"  mechanism ({mechanism.confidence:.2f}): {mechanism.text} [{', '.join(mechanism.cites)}]")
     for n, runbook in enumerate(plan.runbooks, start=1):
         mttr = f", MTTR {runbook.mttr_median_s / 60:.0f} min" if runbook.mttr_median_s else ""
-        typer.echo(f"  {n}. {runbook.id} ({runbook.confidence:.2f}): {runbook.title}")
-        typer.echo(f"     {runbook.successes}/{runbook.attempts} worked ({runbook.scope}), win rate "
-                   f"{runbook.win_rate:.2f} [{runbook.interval[0]:.2f}, {runbook.interval[1]:.2f}]{mttr}; "
-                   f"cites {', '.join(runbook.cites)}")  # fmt: skip
+        say(f"  {n}. {runbook.id} ({runbook.confidence:.2f}): {runbook.title}")
+        say(f"     {runbook.successes}/{runbook.attempts} worked ({runbook.scope}), win rate "
+            f"{runbook.win_rate:.2f} [{runbook.interval[0]:.2f}, {runbook.interval[1]:.2f}]{mttr}; "
+            f"cites {', '.join(runbook.cites)}")  # fmt: skip
     if plan.outlier:
-        typer.echo(
-            f"  outlier: {plan.outlier} (of this service's alerts in 30 days, {plan.outlier_share or 0:.0%} alike)"
-        )
+        say(f"  outlier: {plan.outlier} (of this service's alerts in 30 days, {plan.outlier_share or 0:.0%} alike)")
     if plan.origin:
-        typer.echo(f"  probable origin: {plan.origin.service}: {plan.origin.why}")
+        say(f"  probable origin: {plan.origin.service}: {plan.origin.why}")
     for change in plan.changes[:3]:
-        typer.echo(
+        say(
             f"  changed: {change.kind} {change.id} on {change.service}, {change.minutes_before:.0f} min before "
             f"(hops: {change.hops}), score {change.score:.2f}{f'; {change.record.text}' if change.record else ''}"
         )
     for incident in plan.related_incidents:
-        typer.echo(f"  open on a related service: {incident.id} {incident.title} ({', '.join(incident.services)})")
+        say(f"  open on a related service: {incident.id} {incident.title} ({', '.join(incident.services)})")
     if plan.no_precedent:
-        typer.echo(f"  NO PRECEDENT: {plan.no_precedent.reason}")
+        say(f"  NO PRECEDENT: {plan.no_precedent.reason}")
         for item in plan.no_precedent.collect:
-            typer.echo(f"   - collect {item}")
+            say(f"   - collect {item}")
     if plan.narrative:
-        typer.echo(f"  {plan.narrative.summary}")
+        say(f"  {plan.narrative.summary}")
         for step in plan.narrative.steps:
-            typer.echo(f"   * {step.text} [{', '.join(step.cites)}]")
+            say(f"   * {step.text} [{', '.join(step.cites)}]")
     for note in plan.notes:
-        typer.echo(f"  note: {note}")
+        say(f"  note: {note}")
 
 
 @app.command()

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import structlog
-import typer
 
+from grandbo.cli.terminal import say
 from grandbo.config import Settings
 from grandbo.errors import StoreUnavailableError
 from grandbo.urls import mask_url
@@ -68,8 +68,8 @@ def wait_for_store(
             pause = min(delay, bound - waited) if bound else delay
             log.warning("store.unavailable", command=command, waiting_for=store, error=error.message, tries=tries,
                         waited_s=round(waited, 1), retry_in_s=round(pause, 1))  # fmt: skip
-            typer.echo(f"store unavailable: `grandbo {command}` waits for {store}, trying again in {pause:.0f} s "
-                       f"(waited {waited:.0f} s): {error.message}", err=True)  # fmt: skip
+            say(f"store unavailable: `grandbo {command}` waits for {store}, trying again in {pause:.0f} s "
+                f"(waited {waited:.0f} s): {error.message}", err=True)  # fmt: skip
             if waiting is not None:
                 waiting(error, pause)
             if stop.wait(pause):
@@ -79,5 +79,5 @@ def wait_for_store(
         if tries:
             waited = round(time.monotonic() - started, 1)
             log.info("store.available", command=command, store=store, tries=tries + 1, waited_s=waited)
-            typer.echo(f"store available again after {waited:g} s: `grandbo {command}` starts", err=True)
+            say(f"store available again after {waited:g} s: `grandbo {command}` starts", err=True)
         return opened
