@@ -7,7 +7,11 @@ are walked from at once, and the walks kept hold WALKS_KEPT services at most (th
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 
 from grandbo.retrieval.policy import ChangePolicy
@@ -90,3 +94,26 @@ def test_a_change_is_as_near_an_alerting_service_as_the_walk_from_it_found_not_n
                     policy=policy)  # fmt: skip
     assert ranked.hops == 1 and ranked.why["topology"].value == round(policy.by_hops(3), 4) < policy.by_hops(0)
 
+
+WALKED = """
+import json, random
+from grandbo.tiers.topology import Service, Topology
+rng = random.Random(11)
+names = [f"s{n:05d}" for n in range(10_000)]
+topology = Topology(Service(name=name, depends_on=rng.sample(names, 5)) for name in names)
+print(json.dumps([sorted(topology.around(names[0], 20).items()), sorted(topology.upstream(names[1]).items()),
+                  sorted(topology.downstream(names[2]).items()), topology.closest(names[3:53], names[-300:])]))
+"""
+
+
+def test_a_walk_cut_short_reaches_the_same_services_whatever_the_hash_seed():
+    # 10,000 services of 5 dependencies: a walk is cut about four hops out, partway through the services at some hop
+    def walked(seed: str) -> list:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", WALKED], env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    first = walked("1")
+    assert len(first[0]) < 10_000  # cut short
+    for seed in ("2", "3", "4"):
+        assert walked(seed) == first

@@ -150,7 +150,8 @@ class Topology:
         self, kind: str, sources: tuple[str, ...], edges: Mapping[str, set[str]], hops: int | None = None
     ) -> dict[str, int]:
         """Breadth first from `sources` along `edges`, `hops` deep at most: each service reached at its fewest hops
-        from the nearest source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all)."""
+        from the nearest source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all). A walk
+        cut there keeps the hops it walked whole only: a service it did not reach is farther than all it did."""
         found = self._walks.get((kind, sources, hops))
         if found is None:
             found = dict.fromkeys(sources, 0)
@@ -165,6 +166,10 @@ class Topology:
                     if nxt not in found:
                         found[nxt] = found[current] + 1
                         queue.append(nxt)
+            if queue:  # cut: every service as far as the next one queued was reached (all nearer were walked from);
+                # which farther ones were hung on a set's order, the hash seed: two processes ranked a question apart
+                whole = found[queue[0]]
+                found = {service: n for service, n in found.items() if n <= whole}
             self._walks.put((kind, sources, hops), found)
         return found
 
