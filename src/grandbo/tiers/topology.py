@@ -192,6 +192,11 @@ class Topology:
         """The services the kept walks hold, all together (at most WALKS_KEPT, but for one walk alone past it)."""
         return self._walks.held
 
+    @property
+    def walks_made(self) -> int:
+        """The walks made since it was built (each kept, until let go), for one asked again is not made again."""
+        return self._walks.made
+
     def mentioned_in(self, text: str) -> list[str]:
         """Catalog services named in a text, in catalog order (for topics that name their service)."""
         lowered = service_name(text)  # a name written as a look-alike in the topic is the name
@@ -208,6 +213,7 @@ class _Walks:
     def __init__(self) -> None:
         self._kept: OrderedDict[tuple[str, tuple[str, ...], int | None], dict[str, int]] = OrderedDict()
         self.held = 0
+        self.made = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, tuple[str, ...], int | None]) -> dict[str, int] | None:
@@ -223,6 +229,7 @@ class _Walks:
                 return
             self._kept[key] = walk
             self.held += len(walk)
+            self.made += 1
             while self.held > WALKS_KEPT and len(self._kept) > 1:
                 _, gone = self._kept.popitem(last=False)
                 self.held -= len(gone)
