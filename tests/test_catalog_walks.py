@@ -7,16 +7,25 @@ are walked from at once, and the walks kept hold WALKS_KEPT services at most (th
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
 
+from grandbo.retrieval.policy import ChangePolicy
 from grandbo.service import Grandbo
+from grandbo.tiers.change_model import Change
 from grandbo.tiers.topology import WALK_EDGES, WALKS_KEPT, Service, Topology
+from grandbo.triage.changes import burst_of, first_alerts, rank
+from grandbo.triage.evidence import Seen
 from tests.serving import serving
 
 TOPIC = "redis connection resets during a key eviction spike; p99 latency above 1200ms"
 
 
-def test_recalls_naming_new_services_walk_once_each_and_keep_a_bounded_memory(settings):
+def test_recalls_naming_new_services_walk_once_a_question_and_keep_a_bounded_memory(settings):
     with Grandbo.init(settings, embedding="deterministic") as grandbo:
         memory = grandbo.org("acme", create=True)
         key = memory.keys.create("write")[1]
@@ -32,7 +41,9 @@ def test_recalls_naming_new_services_walk_once_each_and_keep_a_bounded_memory(se
                 answer = client.post("/v1/recall", json={"topic": TOPIC, "services": named})
                 assert answer.status_code == 200, answer.text
         topology = memory.catalog.topology()
-        # One walk a recall (not one a service named), of the whole graph here, and only the latest kept
+        # One walk a question, not one a service named: 40 questions named apart, each asked 3 times, but the first
+        # names the memories' services (as near as can be, no walk); each walk of the whole graph here, the latest kept
+        assert topology.walks_made == len(names) // 50 - 1
         assert 0 < topology.walks_kept <= WALKS_KEPT < asked * len(names)
 
 
@@ -64,3 +75,47 @@ def test_around_walks_no_farther_than_asked_and_finds_what_distance_finds():
         near = {name: hops for name in names if (hops := topology.distance(service, name)) is not None and hops <= 2}
         assert topology.around(service, 2) == near
     assert topology.around("unknown", 2) == {"unknown": 0}
+
+
+def test_a_change_is_as_near_an_alerting_service_as_the_walk_from_it_found_not_nearest_when_cut_short():
+    # top calls s and x; s calls more than a walk looks along, and through c1 and c2, x: 3 hops up from s. A walk up
+    # from s is cut before it reaches x, which is 0 hops, the nearest, if "not reached" reads as 0
+    fanned = [f"a{n:05d}" for n in range(WALK_EDGES + 1)]
+    topology = Topology(
+        [Service(name="top", depends_on=["s", "x"]), Service(name="s", depends_on=["c1", *fanned]),
+         Service(name="c1", depends_on=["c2"]), Service(name="c2", depends_on=["x"])]
+    )  # fmt: skip
+    assert topology.downstream("x")["s"] == 3 and "x" not in topology.upstream("s")
+    at = datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
+    path, end = burst_of("top", topology, at, at)
+    alerts = [Seen("alert-s", "f", "s", frozenset(), at, at - timedelta(minutes=2))]
+    firsts = first_alerts(alerts, path, end, timedelta(minutes=60), timedelta(minutes=10))
+    change = Change(id="d1", service="x", summary="deploy", at=at - timedelta(minutes=5), source="cli", received_at=at)
+    policy = ChangePolicy()
+    [ranked] = rank([change], at=at, window=timedelta(minutes=60), path=path, firsts=firsts, topology=topology,
+                    policy=policy)  # fmt: skip
+    assert ranked.hops == 1 and ranked.why["topology"].value == round(policy.by_hops(3), 4) < policy.by_hops(0)
+
+
+WALKED = """
+import json, random
+from grandbo.tiers.topology import Service, Topology
+rng = random.Random(11)
+names = [f"s{n:05d}" for n in range(10_000)]
+topology = Topology(Service(name=name, depends_on=rng.sample(names, 5)) for name in names)
+print(json.dumps([sorted(topology.around(names[0], 20).items()), sorted(topology.upstream(names[1]).items()),
+                  sorted(topology.downstream(names[2]).items()), topology.closest(names[3:53], names[-300:])]))
+"""
+
+
+def test_a_walk_cut_short_reaches_the_same_services_whatever_the_hash_seed():
+    # 10,000 services of 5 dependencies: a walk is cut about four hops out, partway through the services at some hop
+    def walked(seed: str) -> list:
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-c", WALKED], env=env, capture_output=True, text=True, check=True)
+        return json.loads(done.stdout)
+
+    first = walked("1")
+    assert len(first[0]) < 10_000  # cut short
+    for seed in ("2", "3", "4"):
+        assert walked(seed) == first

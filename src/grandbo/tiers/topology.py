@@ -150,7 +150,8 @@ class Topology:
         self, kind: str, sources: tuple[str, ...], edges: Mapping[str, set[str]], hops: int | None = None
     ) -> dict[str, int]:
         """Breadth first from `sources` along `edges`, `hops` deep at most: each service reached at its fewest hops
-        from the nearest source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all)."""
+        from the nearest source, until WALK_EDGES edges were looked along (kept, WALKS_KEPT services in all). A walk
+        cut there keeps the hops it walked whole only: a service it did not reach is farther than all it did."""
         found = self._walks.get((kind, sources, hops))
         if found is None:
             found = dict.fromkeys(sources, 0)
@@ -165,6 +166,10 @@ class Topology:
                     if nxt not in found:
                         found[nxt] = found[current] + 1
                         queue.append(nxt)
+            if queue:  # cut: every service as far as the next one queued was reached (all nearer were walked from);
+                # which farther ones were hung on a set's order, the hash seed: two processes ranked a question apart
+                whole = found[queue[0]]
+                found = {service: n for service, n in found.items() if n <= whole}
             self._walks.put((kind, sources, hops), found)
         return found
 
@@ -187,6 +192,11 @@ class Topology:
         """The services the kept walks hold, all together (at most WALKS_KEPT, but for one walk alone past it)."""
         return self._walks.held
 
+    @property
+    def walks_made(self) -> int:
+        """The walks made since it was built (each kept, until let go), for one asked again is not made again."""
+        return self._walks.made
+
     def mentioned_in(self, text: str) -> list[str]:
         """Catalog services named in a text, in catalog order (for topics that name their service)."""
         lowered = service_name(text)  # a name written as a look-alike in the topic is the name
@@ -203,6 +213,7 @@ class _Walks:
     def __init__(self) -> None:
         self._kept: OrderedDict[tuple[str, tuple[str, ...], int | None], dict[str, int]] = OrderedDict()
         self.held = 0
+        self.made = 0
         self._lock = threading.Lock()
 
     def get(self, key: tuple[str, tuple[str, ...], int | None]) -> dict[str, int] | None:
@@ -218,6 +229,7 @@ class _Walks:
                 return
             self._kept[key] = walk
             self.held += len(walk)
+            self.made += 1
             while self.held > WALKS_KEPT and len(self._kept) > 1:
                 _, gone = self._kept.popitem(last=False)
                 self.held -= len(gone)

@@ -89,7 +89,8 @@ def _reach(
     if not covered:  # the alert itself is not among the received ones (given inline): its path alone
         return _Reach(0, at, policy.by_hops(path[service]))
     began = min(firsts[s].began for s in covered)
-    nearness = sum(policy.by_hops(topology.upstream(s).get(service, 0)) for s in covered) / len(covered)
+    # Their hops from it as this walk found them: another walk, from each, may be cut before it reaches `service`
+    nearness = sum(policy.by_hops(below[s]) for s in covered) / len(covered)
     return _Reach(len(covered), began, nearness)
 
 
