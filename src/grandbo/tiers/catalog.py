@@ -139,12 +139,14 @@ class Catalog:
 
     def _refuse_dependencies(self, services: Sequence[Service], replace: bool) -> None:
         """Refuse a write that would leave the catalog more dependencies than it may hold (`DEPENDENCIES_A_SERVICE`
-        a service of `most`), counted on the process's topology; one that adds none never is. Two processes' writes
-        at once may pass it by what they add, once."""
-        held = {name: len(s.depends_on) for name, s in self.topology().services.items()}
-        before = sum(held.values())
+        a service of `most`), counted on the process's topology (its total kept: a write of one service counts one);
+        one that adds none never is. Two processes' writes at once may pass it by what they add, once."""
+        topology = self.topology()
+        before, held = topology.dependencies, topology.services
         sent = sum(len(s.depends_on) for s in services)
-        after = sent if replace else before - sum(held.get(s.name, 0) for s in services) + sent
+        after = (
+            sent if replace else before - sum(len(held[s.name].depends_on) for s in services if s.name in held) + sent
+        )
         most = self.most * DEPENDENCIES_A_SERVICE
         if after > most and after > before:
             raise ServiceLimitError(
