@@ -27,10 +27,11 @@ IDS_AT_ONCE = 1_000  # services sought by name in one read (SQLite takes up to 3
 # twentieth of that, as a 500-alert delivery does.
 WRITE_AT_ONCE = 500
 # Dependencies a catalog holds at most, all its services' together: this many a service of GRANDBO_SERVICES_PER_ORG
-# (50,000 at the default). Every process builds the catalog's graph whole after each change, and walks it from the
-# services a question names: 10,000 services of 40 dependencies each (400,000, a tenth of what MAX_DEPENDENCIES let
-# through) took 8.7 s a change, and one admin's loop of a small change and a recall held another org's recall p50
-# 72 -> 301 ms, p90 103 -> 590 ms (probe 28).
+# (50,000 at the default). Every process holds the catalog's graph whole, made whole when first read (and after more
+# than `operations.CATALOG_CHANGES` writes), and walks it from the services a question names: 10,000 services of 40
+# dependencies each (400,000, a tenth of what MAX_DEPENDENCIES let through) took 8.7 s a graph, made after every
+# change then, and one admin's loop of a small change and a recall held another org's recall p50 72 -> 301 ms, p90
+# 103 -> 590 ms (probe 28). A change makes again the edges of the services it touches only (`Topology.changed`).
 DEPENDENCIES_A_SERVICE = 5
 TALLY = "service_tally"  # one document per org (its id the same), rewritten by every write that adds services
 
@@ -152,7 +153,7 @@ class Catalog:
             raise ServiceLimitError(
                 f"This write would leave the catalog {after:,} dependencies (depends_on entries, all its services' "
                 f"together), past the {most:,} it may hold ({DEPENDENCIES_A_SERVICE} a service of "
-                "GRANDBO_SERVICES_PER_ORG): every process builds the catalog's graph whole, so nothing of it was "
+                "GRANDBO_SERVICES_PER_ORG): every process holds the catalog's graph whole, so nothing of it was "
                 "written. Name each service's direct dependencies only.",
                 detail={"dependencies": before, "after": after, "limit": most},
             )
