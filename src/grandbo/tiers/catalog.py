@@ -27,10 +27,11 @@ IDS_AT_ONCE = 1_000  # services sought by name in one read (SQLite takes up to 3
 # twentieth of that, as a 500-alert delivery does.
 WRITE_AT_ONCE = 500
 # Dependencies a catalog holds at most, all its services' together: this many a service of GRANDBO_SERVICES_PER_ORG
-# (50,000 at the default). Every process builds the catalog's graph whole after each change, and walks it from the
-# services a question names: 10,000 services of 40 dependencies each (400,000, a tenth of what MAX_DEPENDENCIES let
-# through) took 8.7 s a change, and one admin's loop of a small change and a recall held another org's recall p50
-# 72 -> 301 ms, p90 103 -> 590 ms (probe 28).
+# (50,000 at the default). Every process holds the catalog's graph whole, made whole when first read (and after more
+# than `operations.CATALOG_CHANGES` writes), and walks it from the services a question names: 10,000 services of 40
+# dependencies each (400,000, a tenth of what MAX_DEPENDENCIES let through) took 8.7 s a graph, made after every
+# change then, and one admin's loop of a small change and a recall held another org's recall p50 72 -> 301 ms, p90
+# 103 -> 590 ms (probe 28). A change makes again the edges of the services it touches only (`Topology.changed`).
 DEPENDENCIES_A_SERVICE = 5
 TALLY = "service_tally"  # one document per org (its id the same), rewritten by every write that adds services
 
@@ -139,18 +140,20 @@ class Catalog:
 
     def _refuse_dependencies(self, services: Sequence[Service], replace: bool) -> None:
         """Refuse a write that would leave the catalog more dependencies than it may hold (`DEPENDENCIES_A_SERVICE`
-        a service of `most`), counted on the process's topology; one that adds none never is. Two processes' writes
-        at once may pass it by what they add, once."""
-        held = {name: len(s.depends_on) for name, s in self.topology().services.items()}
-        before = sum(held.values())
+        a service of `most`), counted on the process's topology (its total kept: a write of one service counts one);
+        one that adds none never is. Two processes' writes at once may pass it by what they add, once."""
+        topology = self.topology()
+        before, held = topology.dependencies, topology.services
         sent = sum(len(s.depends_on) for s in services)
-        after = sent if replace else before - sum(held.get(s.name, 0) for s in services) + sent
+        after = (
+            sent if replace else before - sum(len(held[s.name].depends_on) for s in services if s.name in held) + sent
+        )
         most = self.most * DEPENDENCIES_A_SERVICE
         if after > most and after > before:
             raise ServiceLimitError(
                 f"This write would leave the catalog {after:,} dependencies (depends_on entries, all its services' "
                 f"together), past the {most:,} it may hold ({DEPENDENCIES_A_SERVICE} a service of "
-                "GRANDBO_SERVICES_PER_ORG): every process builds the catalog's graph whole, so nothing of it was "
+                "GRANDBO_SERVICES_PER_ORG): every process holds the catalog's graph whole, so nothing of it was "
                 "written. Name each service's direct dependencies only.",
                 detail={"dependencies": before, "after": after, "limit": most},
             )

@@ -19,6 +19,7 @@ alert that could have started its trouble is looked for); `downstream` is the ot
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 from collections import Counter, OrderedDict, deque
@@ -47,6 +48,15 @@ WALKS_KEPT = 200_000  # services one topology's kept walks hold at most, all tog
 def alias_key(name: str) -> str:
     """How a service name or alias is compared: any case, spaces collapsed."""
     return " ".join(service_name(name).split())
+
+
+def _alias_keys(service: Service | None) -> set[str]:
+    """A service's aliases as they are compared (`alias_key`); none of no service."""
+    return {alias_key(alias) for alias in service.aliases} if service is not None else set()
+
+
+def _depends(service: Service | None) -> int:
+    return len(service.depends_on) if service is not None else 0
 
 
 class Service(BaseModel):
@@ -90,24 +100,94 @@ class Service(BaseModel):
 
 
 class Topology:
-    """An org's services and the undirected hop distances between them."""
+    """An org's services and the undirected hop distances between them. Never changed once made (requests walk it
+    while another is made): a catalog change makes another from it (`changed`)."""
 
     def __init__(self, services: Iterable[Service] = ()) -> None:
         self.services: dict[str, Service] = {service.name: service for service in services}
-        self._neighbours: dict[str, set[str]] = {name: set() for name in self.services}
+        self._calls: dict[str, set[str]] = {name: set(s.depends_on) for name, s in self.services.items()}  # directed
+        self._called_by: dict[str, set[str]] = {name: set() for name in self.services}  # ...the other way
+        self._aliases: dict[str, str] = {}
+        self._holders: Counter[str] = Counter()  # the services holding each alias: one, but for a catalog's parts
         for service in self.services.values():
             for dependency in service.depends_on:
-                self._neighbours.setdefault(dependency, set()).add(service.name)
-                self._neighbours[service.name].add(dependency)
-        self._calls: dict[str, set[str]] = {name: set() for name in self._neighbours}  # directed, both ways
-        self._called_by: dict[str, set[str]] = {name: set() for name in self._neighbours}
-        for service in self.services.values():
-            for dependency in service.depends_on:
-                self._calls[service.name].add(dependency)
-                self._called_by[dependency].add(service.name)
+                self._called_by.setdefault(dependency, set()).add(service.name)
+            for key in _alias_keys(service):
+                self._aliases[key] = service.name
+                self._holders[key] += 1
+        for name in self._called_by:
+            self._calls.setdefault(name, set())  # a dependency the catalog names but holds no service of
+        self._neighbours = {name: calls | self._called_by[name] for name, calls in self._calls.items()}
         self._walks = _Walks()
-        self._aliases = {alias_key(alias): s.name for s in self.services.values() for alias in s.aliases}
         self._names = sorted(self._neighbours)  # once: every re-ranked recall asks (a catalog of thousands)
+        self.dependencies = sum(len(s.depends_on) for s in self.services.values())  # depends_on entries, in all
+        self.built = len(self._neighbours)  # the services whose edges were made in making it: all, made whole
+
+    def changed(self, written: Iterable[Service], gone: Iterable[str]) -> Topology:
+        """This catalog with `written` services put (added or updated) and the services named `gone` dropped. Only
+        the edges of the services a change touches are made again (those changed, what they called and call now:
+        `built` counts them); the rest is shared with this topology, which stays as it was (a request may be walking
+        it). Made whole after each change, 10,000 services of 5 dependencies took every process 0.1-0.4 s a change,
+        and another org's recalls waited behind it (probe 28)."""
+        written = list(written)
+        services = dict(self.services)
+        services.update((s.name, s) for s in written)
+        for name in gone:
+            services.pop(name, None)
+        changes = {
+            name: (before, after)
+            for name in {*(s.name for s in written), *gone}
+            if (before := self.services.get(name)) != (after := services.get(name))
+        }
+        calls, called_by, neighbours = dict(self._calls), dict(self._called_by), dict(self._neighbours)
+        calling: dict[str, set[str]] = {}  # a touched service -> the changed services that call it now
+        touched = set(changes)
+        for name, (before, after) in changes.items():
+            touched.update(before.depends_on if before is not None else ())
+            for dependency in after.depends_on if after is not None else ():
+                calling.setdefault(dependency, set()).add(name)
+                touched.add(dependency)
+        for name in touched:
+            service = services.get(name)
+            mine = set(service.depends_on) if service is not None else set()
+            theirs = {caller for caller in called_by.get(name, ()) if caller not in changes} | calling.get(name, set())
+            if service is None and not theirs:  # neither a service nor a dependency of one: out of the graph
+                for edges in (calls, called_by, neighbours):
+                    edges.pop(name, None)
+            else:
+                calls[name], called_by[name], neighbours[name] = mine, theirs, mine | theirs
+        made = copy.copy(self)
+        made.services, made._calls, made._called_by, made._neighbours = services, calls, called_by, neighbours
+        made._walks = _Walks()  # a walk may have crossed what changed
+        if any(_alias_keys(before) != _alias_keys(after) for before, after in changes.values()):
+            made._aliases, made._holders = self._aliases_after(services, changes.values())
+        added = sorted(name for name in touched if name in neighbours and name not in self._neighbours)
+        dropped = {name for name in touched if name in self._neighbours and name not in neighbours}
+        if added or dropped:  # two sorted runs merged: one pass, not a sort
+            made._names = sorted([*(name for name in self._names if name not in dropped), *added])
+        made.dependencies += sum(_depends(after) - _depends(before) for before, after in changes.values())
+        made.built = len(touched)
+        return made
+
+    def _aliases_after(
+        self, services: Mapping[str, Service], changes: Iterable[tuple[Service | None, Service | None]]
+    ) -> tuple[dict[str, str], Counter[str]]:
+        """The alias map and its holders once `changes` (each a service before and after) are made: the aliases they
+        name changed only, unless one of them is held by two services (a catalog written in parts may hold such):
+        then made whole, as `__init__` makes it (the later service holds it)."""
+        aliases, holders, named = dict(self._aliases), Counter(self._holders), set[str]()
+        for before, after in changes:
+            holders.subtract(_alias_keys(before))
+            holders.update(_alias_keys(after))
+            named.update(_alias_keys(before), _alias_keys(after))
+        if any(holders[key] > 1 or self._holders[key] > 1 for key in named):
+            return {key: s.name for s in services.values() for key in _alias_keys(s)}, +holders
+        for key in named:
+            aliases.pop(key, None)
+        for _, after in changes:
+            if after is not None:
+                aliases.update(dict.fromkeys(_alias_keys(after), after.name))
+        return aliases, +holders
 
     def __contains__(self, name: object) -> bool:
         return name in self._neighbours
