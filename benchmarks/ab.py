@@ -15,6 +15,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx
+
 
 def alternate(script: str, options: list[str], before: Path | None, rounds: int, shown: dict[str, Any]) -> None:
     """Run `script --one *options` under each tree `rounds` times, printing each round's figures with `shown`."""
@@ -71,3 +73,21 @@ def waits_during(write: Callable[[int], object], act: Callable[[], object]) -> t
     stop.set()
     thread.join()
     return took, waits[before:] or [0.0]
+
+
+def keyed_client(url: str, key: str, timeout: float = 60) -> httpx.Client:
+    """An HTTP client of `grandbo serve` at `url` sending `key`."""
+    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=timeout)
+
+
+def until_up(url: str, timeout: float = 300) -> None:
+    """Wait for `grandbo serve` at `url` to answer /healthz (a loaded machine starts a server slowly)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.1)
+    raise RuntimeError("`grandbo serve` did not answer /healthz")

@@ -19,11 +19,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
-from ab import command_line, waits_during
+from ab import command_line, keyed_client, until_up, waits_during
 
 BODIES = [
     ("POST", "/v1/memories", {"title": "t", "tags": [0] * 330_000}),
@@ -49,9 +47,9 @@ def measure(bodies: int) -> dict[str, float]:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            _until_up(url)
+            until_up(url)
             sent = [json.dumps(body, separators=(",", ":")).encode() for _, _, body in BODIES]
-            with _client(url, sender) as big, _client(url, other) as small:
+            with keyed_client(url, sender, 60) as big, keyed_client(url, other, 60) as small:
                 small.get("/v1/settings/rerank").raise_for_status()
                 statuses: list[int] = []
 
@@ -70,22 +68,6 @@ def measure(bodies: int) -> dict[str, float]:
     return {"body_ms": round(took / bodies * 1000, 1), "other_p50_ms": round(statistics.median(waits) * 1000, 1),
             "other_p90_ms": round(waits[int(len(waits) * 0.9)] * 1000, 1), "other_max_ms": round(waits[-1] * 1000, 1),
             "pings": len(waits), "statuses": sorted(set(statuses))}  # type: ignore[dict-item]  # fmt: skip
-
-
-def _client(url: str, key: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=60)
-
-
-def _until_up(url: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("`grandbo serve` did not answer /healthz")
 
 
 def main() -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import httpx
-from ab import command_line
+from ab import command_line, keyed_client, until_up
 
 SERVICES, DEPENDS, NAMED, THREADS = 10_000, 40, 50, 4
 TOPIC = "redis connection resets during a key eviction spike; p99 latency above 1200ms"
@@ -52,8 +52,8 @@ def measure(seconds: int) -> dict[str, object]:
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}"
-            _until_up(url)
-            with _client(url, loader) as big, _client(url, other) as small:
+            until_up(url)
+            with keyed_client(url, loader, 30) as big, keyed_client(url, other, 30) as small:
                 held = _catalog(big)
                 for n in range(5):
                     big.post("/v1/memories", json={"title": f"evictions on s{n:05d}", "body": TOPIC,
@@ -102,7 +102,7 @@ def _load(url: str, key: str, send: Callable[[httpx.Client], httpx.Response], se
     deadline, answered, given_up = time.monotonic() + seconds, [], []
 
     def sender() -> None:
-        with _client(url, key) as client:
+        with keyed_client(url, key, 30) as client:
             while time.monotonic() < deadline:
                 try:
                     answered.append(send(client).status_code)
@@ -142,22 +142,6 @@ def _waits(name: str, recall: Callable[[], httpx.Response], seconds: float,
     if loaded:
         out[f"{name}_loader"] = loaded
     return out
-
-
-def _client(url: str, key: str) -> httpx.Client:
-    return httpx.Client(base_url=url, headers={"Authorization": f"Bearer {key}"}, timeout=30)
-
-
-def _until_up(url: str) -> None:
-    deadline = time.monotonic() + 300  # a loaded machine starts a server slowly
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{url}/healthz").status_code == 200:
-                return
-        except httpx.TransportError:
-            pass
-        time.sleep(0.1)
-    raise RuntimeError("`grandbo serve` did not answer /healthz")
 
 
 def main() -> None:
