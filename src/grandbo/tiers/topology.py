@@ -209,9 +209,7 @@ class Topology:
     def around(self, service: str, hops: int) -> dict[str, int]:
         """The services at most `hops` from `service` (`distance`), by hops, itself at 0: an unknown service is
         around itself only. What asking `distance` of every service would find, without asking each."""
-        if service not in self._neighbours:
-            return {service: 0}
-        return self._walk("both", (service,), self._neighbours, hops)  # no farther: grouping asks of every alert
+        return self._reach(service, hops)  # no farther: grouping asks of every alert
 
     def upstream(self, service: str) -> dict[str, int]:
         """What `service` depends on at any depth, by the fewest hops along its dependencies, itself at 0; a cycle
@@ -222,9 +220,10 @@ class Topology:
         """The services that depend on `service` at any depth (its callers, theirs...), by the fewest hops."""
         return self._walk("down", (service,), self._called_by)
 
-    def _reach(self, source: str) -> dict[str, int]:
-        """The hops from `source` to each service it reaches, itself at 0: an unknown service reaches itself only."""
-        return self._walk("both", (source,), self._neighbours) if source in self._neighbours else {source: 0}
+    def _reach(self, source: str, hops: int | None = None) -> dict[str, int]:
+        """The hops from `source` to each service it reaches (`hops` at most), itself at 0: an unknown service reaches
+        itself only."""
+        return self._walk("both", (source,), self._neighbours, hops) if source in self._neighbours else {source: 0}
 
     def _walk(
         self, kind: str, sources: tuple[str, ...], edges: Mapping[str, set[str]], hops: int | None = None
