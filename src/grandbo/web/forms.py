@@ -3,6 +3,7 @@ routes that take the same form declare it once."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Any
 
 from fastapi import Form
@@ -11,6 +12,17 @@ from pydantic import BaseModel
 from grandbo.model import Entry, Kind
 
 FormText = Annotated[str, Form()]  # one field of a form a route reads alone
+SERVICES_SUGGESTED = 1_000
+"""The most services a filter's service field suggests (its datalist). Each memory and triage page drew the
+catalog's every name: 10,000 services of 128 characters made 1.5 MB of options, 83 ms of the process's one
+interpreter lock on each view, every other organization's requests waiting behind it (probe 29). Past it the field
+suggests none (a part of the list, say its first names, would leave out the one typed and look like none matched),
+and takes any name typed, as it always did."""
+
+
+def suggested_services(names: Sequence[str]) -> Sequence[str]:
+    """The catalog's service names a filter's field suggests: all of them, or none past SERVICES_SUGGESTED."""
+    return names if len(names) <= SERVICES_SUGGESTED else ()
 
 
 def _split(text: str) -> list[str]:

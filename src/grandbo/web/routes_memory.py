@@ -25,7 +25,7 @@ from grandbo.names import service_name
 from grandbo.pages import LARGEST_ENTRY, Mark, Read, decode, encode, entries_read, filled
 from grandbo.tiers.keys import Scope
 from grandbo.web.corpus import CorpusCounts
-from grandbo.web.forms import EntryFormDep, FormText
+from grandbo.web.forms import EntryFormDep, FormText, suggested_services
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn
 from grandbo.web.triage import bars
@@ -134,7 +134,7 @@ def explorer(
         statuses=STATUSES,
         severities=[s.value for s in Severity],
         bars=bars,
-        services=memory.catalog.topology().names,
+        services=suggested_services(memory.catalog.topology().names),
     )
 
 

@@ -12,7 +12,7 @@ from grandbo.errors import GrandboError
 from grandbo.model import Severity
 from grandbo.tiers.keys import Scope
 from grandbo.web import triage
-from grandbo.web.forms import GroupFormDep, VoteForm, VoteFormDep
+from grandbo.web.forms import GroupFormDep, VoteForm, VoteFormDep, suggested_services
 from grandbo.web.pages import redirect, render
 from grandbo.web.session import PREFIX, SignedIn, Viewer
 
@@ -60,7 +60,7 @@ def triage_page(request: Request, viewer: SignedIn, alert: str = "", incident: s
         filters=filters,
         sources=triage.SOURCES,
         severities=[s.value for s in Severity],
-        services=viewer.memory.catalog.topology().names,
+        services=suggested_services(viewer.memory.catalog.topology().names),
         view=view,
         error=error,
         status=404 if error else 200,
