@@ -43,8 +43,11 @@ from grandbo.ports import (
     Work,
 )
 from grandbo.store.base import Given, Store
+from grandbo.store.flights import NextFlight
 from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem
+
+_COUNTS: NextFlight[CorpusStats] = NextFlight()  # an org's corpus counts asked at once, read once (`flights`)
 
 
 def _holdable(text: str | None) -> bool:
@@ -107,7 +110,9 @@ class ScopedEntries(OrgEntries):
         return self._store.runbooks(self._org, runbook_id, limit)
 
     def stats(self, max_attempts: int) -> CorpusStats:
-        stats = self._store.corpus_stats(self._org, max_attempts)
+        # Keyed by the store too: a process may open several (the key lives only while its read runs).
+        key = (id(self._store), self._org, max_attempts)
+        stats = _COUNTS.run(key, lambda: self._store.corpus_stats(self._org, max_attempts))
         stored, limit = self.stored()
         return stats.model_copy(update={"stored_bytes": stored, "storage_limit_bytes": limit})
 

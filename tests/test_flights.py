@@ -1,0 +1,103 @@
+"""Overlapping reads of an organization's corpus counts run once at a time, and each caller is answered by a read
+that began after it called (`store.flights`): four `GET /v1/stats` of one org at once asked the database for four
+joins of its every entry with its vector, while every other org's requests waited for the cores (probe 29)."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import psycopg
+import pytest
+
+from grandbo.store.flights import NextFlight
+from grandbo.store.scoped import _COUNTS
+from tests.conftest import owner_url
+
+BOUND_S = 30.0  # a bound on waiting for a state, never a measured time
+
+
+def _until(held) -> None:  # type: ignore[no-untyped-def]
+    done = threading.Event()
+    for _ in range(int(BOUND_S / 0.01)):
+        if held():
+            return
+        done.wait(0.01)
+    raise AssertionError("the state never came")
+
+
+def test_callers_during_a_run_share_the_next_one_which_begins_after_them():
+    flights: NextFlight[int] = NextFlight()
+    release, began = threading.Event(), []
+
+    def read() -> int:
+        began.append(len(began) + 1)
+        if len(began) == 1:
+            release.wait(BOUND_S)
+        return len(began)
+
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(flights.run, "acme", read)
+        _until(lambda: began)
+        later = [pool.submit(flights.run, "acme", read) for _ in range(3)]
+        _until(lambda: flights.waiting("acme") == 3)
+        other = flights.run("other-org", lambda: 99)  # another key is never held up
+        release.set()
+        answers = [first.result(BOUND_S), *(f.result(BOUND_S) for f in later)]
+    assert other == 99
+    assert answers == [1, 2, 2, 2] and began == [1, 2]  # one more read, begun after the three came
+    assert flights.run("acme", lambda: 7) == 7  # nothing left behind: the next caller reads afresh
+
+
+def test_an_error_of_a_shared_run_reaches_each_of_its_callers_and_the_next_run_reads_again():
+    flights: NextFlight[int] = NextFlight()
+    release, began = threading.Event(), []
+
+    def read() -> int:
+        began.append(1)
+        if len(began) == 1:
+            release.wait(BOUND_S)
+            return 1
+        raise RuntimeError("the database went away")
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(flights.run, "acme", read)
+        _until(lambda: began)
+        later = [pool.submit(flights.run, "acme", read) for _ in range(2)]
+        _until(lambda: flights.waiting("acme") == 2)
+        release.set()
+        assert first.result(BOUND_S) == 1
+        for future in later:
+            with pytest.raises(RuntimeError, match="went away"):
+                future.result(BOUND_S)
+    assert len(began) == 2 and flights.run("acme", lambda: 3) == 3
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_four_stats_of_one_org_at_once_ask_the_database_for_one_count_at_a_time(grandbo, settings):
+    """The count is held in the database (its table locked by the owner): the first read waits there, and the three
+    callers after it wait for it, not beside it; each is answered."""
+    memory = grandbo.org("acme", create=True)
+    memory.remember_many([{"title": f"entry {n}", "body": "pool exhausted"} for n in range(5)], actor="test")
+    # Reads waiting for the owner's lock (pg_locks: the runtime role's sessions are not the owner's to see)
+    waiting_sql = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'entry_vectors'::regclass"
+    with (
+        psycopg.connect(owner_url(settings.database_url)) as owner,
+        psycopg.connect(owner_url(settings.database_url), autocommit=True) as watcher,
+    ):
+        owner.execute("LOCK TABLE entry_vectors IN ACCESS EXCLUSIVE MODE")
+        with ThreadPoolExecutor(4) as pool:
+            asked = [pool.submit(lambda: grandbo.org("acme").stats()) for _ in range(4)]
+
+            def settled() -> bool:
+                in_database = watcher.execute(waiting_sql).fetchone()[0]  # type: ignore[index]
+                return in_database + _COUNTS.waiting((id(grandbo._store), "acme", 5)) >= 4 or in_database > 1
+
+            try:
+                _until(settled)
+                in_database = watcher.execute(waiting_sql).fetchone()[0]  # type: ignore[index]
+            finally:
+                owner.rollback()
+            answers = [future.result(BOUND_S) for future in asked]
+    assert in_database == 1
+    assert {(a.total, a.org_id) for a in answers} == {(5, "acme")}
