@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, ValidationError, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
@@ -116,15 +117,16 @@ _CATALOG_BODY = {"requestBody": {"required": True, "content": {"application/json
 
 
 @router.put("/catalog", response_model=list[Service], tags=["catalog"], openapi_extra=_CATALOG_BODY)
-async def put_catalog(request: Request, memory: AdminMemory) -> list[dict[str, Any]]:
+async def put_catalog(request: Request, memory: AdminMemory) -> Response:
     """Add or update services and what they call; `replace` drops the others."""
     # Parsed by FastAPI, a 1 MiB catalog's JSON held the event loop every org's requests share (issue 24); the
-    # body is read there, then parsed and written on a thread, as a delivery is (`deliveries.receive`).
+    # body is read there, then parsed, written and answered on a thread, as a delivery is (`deliveries.receive`):
+    # what an async route returns FastAPI checks on the loop, a Response not at all.
     sent = await request.body()
     return await run_in_threadpool(_put_catalog, memory, sent, request.headers.get("content-type", ""))
 
 
-def _put_catalog(memory: OrgMemory, raw: bytes, content_type: str) -> list[dict[str, Any]]:
+def _put_catalog(memory: OrgMemory, raw: bytes, content_type: str) -> Response:
     """The catalog sent (`CatalogPut`), written; a body that is not one refused as FastAPI refuses it (422, the
     same problems: `_json_body`)."""
     try:
@@ -132,7 +134,7 @@ def _put_catalog(memory: OrgMemory, raw: bytes, content_type: str) -> list[dict[
     except ValidationError as error:
         raise RequestValidationError([{**issue, "loc": ("body", *issue["loc"])} for issue in error.errors()]) from None
     put = memory.catalog.put(checked_services(body), replace=body.replace, actor="api")
-    return [service.model_dump(mode="json") for service in put]
+    return JSONResponse([service.model_dump(mode="json") for service in put])
 
 
 @router.get("/settings/rerank", response_model=RerankWeights, tags=["settings"])
