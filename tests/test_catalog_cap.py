@@ -172,3 +172,32 @@ def test_a_catalog_write_past_its_dependencies_is_refused_whole(settings):
             memory.catalog.put([Service(name="s02", depends_on=names[3:20])])
         replaced = memory.catalog.put([Service(name="a", depends_on=names[:10])], replace=True)
         assert [s.name for s in replaced] == ["a"]  # a replace counts what it leaves, not what it drops
+
+
+def test_writes_in_two_processes_at_once_never_pass_the_dependencies_a_catalog_may_hold(settings):
+    """The dependency count was checked on each process's topology of the org, before the write: two processes (two
+    stores on one database) writing at once each passed it (issue 24). Each write that adds dependencies now writes
+    the org's tally with it, expecting the version read before the count: one that counted alike is stale."""
+    limited = settings.model_copy(update={"services_per_org": CAP})  # 20 dependencies at most
+    most = CAP * DEPENDENCIES_A_SERVICE
+    base = [Service(name=f"s{n}", depends_on=[f"d{n}{at}" for at in range(4)]) for n in range(CAP)]  # 16
+    with Grandbo.init(limited, embedding="deterministic") as first, Grandbo.open(limited) as second:
+        first.org("acme", create=True).catalog.put(base)
+        for round_ in range(6):
+            go, written, refused = threading.Barrier(CAP), [], []
+
+            def grow(n: int, process: Grandbo, round_: int = round_) -> None:
+                catalog = process.org("acme").catalog  # each its own service, 4 -> 7 dependencies: one write fits
+                go.wait()
+                try:
+                    written.append(
+                        catalog.put([Service(name=f"s{n}", depends_on=[f"r{round_}d{n}{at}" for at in range(7)])])
+                    )
+                except ServiceLimitError:
+                    refused.append(n)
+
+            interleaved([threading.Thread(target=grow, args=(n, (first, second)[n % 2])) for n in range(CAP)])
+            for process in (first, second):
+                assert process.org("acme").catalog.topology().dependencies <= most
+            assert (len(written), len(refused)) == (1, CAP - 1)
+            first.org("acme").catalog.put(base)  # back to 16: a write that takes dependencies away always passes

@@ -4,15 +4,20 @@
 from __future__ import annotations
 
 import bisect
+import email.message
+import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, ValidationError, WithJsonSchema
+from starlette.concurrency import run_in_threadpool
 
 from grandbo.api.deps import AdminMemory, ReadMemory
 from grandbo.api.paging import Page, PageAsked, bounded_page
+from grandbo.memory import OrgMemory
 from grandbo.model import RerankWeights
 from grandbo.pages import Mark
 from grandbo.ports import Position
@@ -54,6 +59,25 @@ def checked_services(body: CatalogPut) -> list[Service]:
         ) from None
 
 
+def _json_body(raw: bytes, content_type: str) -> Any:
+    """A body parsed as FastAPI parses a model's: none is missing, one not sent as JSON is taken as its bytes."""
+    if not raw:
+        raise RequestValidationError([{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}])
+    said = email.message.Message()
+    said["content-type"] = content_type
+    if (
+        not content_type
+        or said.get_content_maintype() != "application"
+        or not (said.get_content_subtype() == "json" or said.get_content_subtype().endswith("+json"))
+    ):
+        return raw
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise RequestValidationError([{"type": "json_invalid", "loc": ("body", error.pos), "msg": "JSON decode error",
+                                       "input": {}, "ctx": {"error": error.msg}}]) from None  # fmt: skip
+
+
 class ServicePage(Page[Service]):
     """A page of the catalog's services, by name, and where the next one starts."""
 
@@ -78,11 +102,39 @@ def catalog(memory: ReadMemory, asked: PageAsked) -> Response:
     return bounded_page(read, asked, LARGEST_SERVICE)
 
 
-@router.put("/catalog", response_model=list[Service], tags=["catalog"])
-def put_catalog(body: CatalogPut, memory: AdminMemory) -> list[dict[str, Any]]:
+# Its body declared by hand: read raw, it is parsed on the request's thread (`_put_catalog`), not the event loop.
+_CATALOG_SCHEMA = {
+    "title": "CatalogPut",
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["services"],
+    "properties": {
+        "services": {"type": "array", "maxItems": 5000, "items": {"$ref": "#/components/schemas/Service"}},
+        "replace": {"type": "boolean", "default": False, "description": CatalogPut.model_fields["replace"].description},
+    },
+}
+_CATALOG_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _CATALOG_SCHEMA}}}}
+
+
+@router.put("/catalog", response_model=list[Service], tags=["catalog"], openapi_extra=_CATALOG_BODY)
+async def put_catalog(request: Request, memory: AdminMemory) -> Response:
     """Add or update services and what they call; `replace` drops the others."""
+    # Parsed by FastAPI, a 1 MiB catalog's JSON held the event loop every org's requests share (issue 24); the
+    # body is read there, then parsed, written and answered on a thread, as a delivery is (`deliveries.receive`):
+    # what an async route returns FastAPI checks on the loop, a Response not at all.
+    sent = await request.body()
+    return await run_in_threadpool(_put_catalog, memory, sent, request.headers.get("content-type", ""))
+
+
+def _put_catalog(memory: OrgMemory, raw: bytes, content_type: str) -> Response:
+    """The catalog sent (`CatalogPut`), written; a body that is not one refused as FastAPI refuses it (422, the
+    same problems: `_json_body`)."""
+    try:
+        body = CatalogPut.model_validate(_json_body(raw, content_type), from_attributes=True)
+    except ValidationError as error:
+        raise RequestValidationError([{**issue, "loc": ("body", *issue["loc"])} for issue in error.errors()]) from None
     put = memory.catalog.put(checked_services(body), replace=body.replace, actor="api")
-    return [service.model_dump(mode="json") for service in put]
+    return JSONResponse([service.model_dump(mode="json") for service in put])
 
 
 @router.get("/settings/rerank", response_model=RerankWeights, tags=["settings"])

@@ -81,7 +81,9 @@ class Catalog:
             writes += [
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
-            if added := len(names) - len(held):
+            first = WRITE_AT_ONCE  # the first piece's writes, and the tally when it is written
+            grows = self._grows(writes[:first])
+            if (added := len(names) - len(held)) or grows:
                 count = self.documents.count(SERVICES, self.most + 1)
                 after = len(names) if replace else count + added
                 if after > self.most:
@@ -93,11 +95,12 @@ class Catalog:
                         "written.",
                         detail={"services": count, "added": added, "limit": self.most},
                     )  # fmt: skip
-                writes.insert(0, DocumentWrite(TALLY, TALLY, {"added": added}, "service.counted",
+                writes.insert(0, DocumentWrite(TALLY, TALLY, {"added": added, "dependencies": grows}, "service.counted",
                                                expected_version=tally.version if tally is not None else 0))  # fmt: skip
+                first += 1
             # The tally, with the first piece: a count gone stale meanwhile refuses it before anything is written
-            self.documents.put(writes[:WRITE_AT_ONCE], actor)
-            return writes[WRITE_AT_ONCE:]
+            self.documents.put(writes[:first], actor)
+            return writes[first:]
 
         rest = rewritten(attempt, what="The catalog")
         for at in range(0, len(rest), WRITE_AT_ONCE):
@@ -113,11 +116,13 @@ class Catalog:
                 ) from None
             except ServiceLimitError as error:
                 written = len(services) - sum(write.data is not None for write in rest[at:])
+                held = ("dependencies", self.most * DEPENDENCIES_A_SERVICE) if "after" in error.detail else (
+                    "services", self.most)  # fmt: skip
                 raise ServiceLimitError(
                     f"{written:,} of the {len(services):,} services sent were written, then another write took the "
-                    f"catalog to the {self.most:,} services it may hold (GRANDBO_SERVICES_PER_ORG), so the rest was "
+                    f"catalog to the {held[1]:,} {held[0]} it may hold (GRANDBO_SERVICES_PER_ORG), so the rest was "
                     "not. Drop services, or send fewer, then send the write again: what was written stays.",
-                    detail={**error.detail, "limit": self.most, "written": written},
+                    detail={**error.detail, "limit": held[1], "written": written},
                 ) from None
         return list(services)
 
@@ -129,14 +134,33 @@ class Catalog:
         if ids:
             tally = self.documents.get(TALLY, TALLY)
             held = {doc.doc_id for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
-            if added := len(ids) - len(held):
+            grows = self._grows(writes)
+            if (added := len(ids) - len(held)) or grows:
                 count = self.documents.count(SERVICES, self.most + 1)
-                if count + added > self.most:
+                if count + added > self.most and added:
                     raise ServiceLimitError("past the limit", detail={"services": count, "added": added})
                 version = tally.version if tally is not None else 0
-                writes = [DocumentWrite(TALLY, TALLY, {"added": added}, "service.counted", expected_version=version),
-                          *writes]  # fmt: skip
+                writes = [DocumentWrite(TALLY, TALLY, {"added": added, "dependencies": grows}, "service.counted",
+                                        expected_version=version), *writes]  # fmt: skip
         self.documents.put(writes, actor)
+
+    def _grows(self, writes: Sequence[DocumentWrite]) -> int:
+        """The dependencies `writes` add to the catalog (those of the services written, less those they held or
+        drop), refused past the catalog's most (`_refuse_dependencies`): counted on the process's topology read now,
+        after the tally was read. A write that adds any writes the tally with it, expecting the version read, so of
+        two (in two processes) that counted alike the second is stale and counts again: counted on each process's
+        copy alone, both passed (issue 24)."""
+        topology = self.topology()
+        held = topology.services
+        grows = sum(
+            (len(write.data["depends_on"]) if write.data is not None else 0)
+            - (len(held[write.doc_id].depends_on) if write.doc_id in held else 0)
+            for write in writes
+            if write.collection == SERVICES
+        )
+        if grows > 0:
+            self._refused_past(topology.dependencies, topology.dependencies + grows)
+        return max(grows, 0)
 
     def _refuse_dependencies(self, services: Sequence[Service], replace: bool) -> None:
         """Refuse a write that would leave the catalog more dependencies than it may hold (`DEPENDENCIES_A_SERVICE`
@@ -148,6 +172,11 @@ class Catalog:
         after = (
             sent if replace else before - sum(len(held[s.name].depends_on) for s in services if s.name in held) + sent
         )
+        self._refused_past(before, after)
+
+    def _refused_past(self, before: int, after: int) -> None:
+        """ServiceLimitError for a write that would leave the catalog `after` dependencies, more than it holds
+        (`before`) and than it may."""
         most = self.most * DEPENDENCIES_A_SERVICE
         if after > most and after > before:
             raise ServiceLimitError(

@@ -158,7 +158,7 @@ class Topology:
                 calls[name], called_by[name], neighbours[name] = mine, theirs, mine | theirs
         made = copy.copy(self)
         made.services, made._calls, made._called_by, made._neighbours = services, calls, called_by, neighbours
-        made._walks = _Walks()  # a walk may have crossed what changed
+        made._walks = self._walks.kept_apart(touched)  # those that reached what changed are walked again
         if any(_alias_keys(before) != _alias_keys(after) for before, after in changes.values()):
             made._aliases, made._holders = self._aliases_after(services, changes.values())
         added = sorted(name for name in touched if name in neighbours and name not in self._neighbours)
@@ -301,6 +301,22 @@ class _Walks:
             if found is not None:
                 self._kept.move_to_end(key)
             return found
+
+    def kept_apart(self, touched: set[str]) -> _Walks:
+        """The walks that reached none of the `touched` services (those whose edges a change made again), kept for the
+        changed topology, the least recently used first as here. A walk is made of the edges of the services it walked
+        from only, each of which it reached (a walk cut short keeps every service nearer than the next it would have
+        walked from): one that reached no touched service looks along the same edges, in the same order, and finds
+        the same. Dropped all after a change, every walk of the org was made again, 12-30 ms each (probe 28)."""
+        kept = _Walks()
+        with self._lock:
+            walks = list(self._kept.items())
+        for key, walk in walks:
+            small, large = (walk, touched) if len(walk) < len(touched) else (touched, walk)
+            if not any(name in large for name in small):
+                kept._kept[key] = walk
+                kept.held += len(walk)
+        return kept
 
     def put(self, key: tuple[str, tuple[str, ...], int | None], walk: dict[str, int]) -> None:
         with self._lock:
