@@ -15,6 +15,7 @@ from grandbo.api.deliveries import answered, delivery_route, receive
 from grandbo.api.deps import AdminMemory, ReadMemory, WriteMemory
 from grandbo.api.paging import LARGEST_ENTRY, Page, PageAsked, bounded_page, entries_read
 from grandbo.api.payloads import PAYLOADS
+from grandbo.api.recalling import recalled
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.ingest import flow
 from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, Listing, RecallResult
@@ -178,10 +179,12 @@ async def erase_text(body: Erase, memory: AdminMemory, request: Request) -> dict
 
 
 @router.post("/recall", response_model=RecallResult, tags=["recall"])
-def recall(body: RecallRequest, memory: ReadMemory) -> Response:
+async def recall(body: RecallRequest, memory: ReadMemory, request: Request) -> Response:
     """Has this happened before, and what worked? The same ranked, explained result as the Python API."""
-    result = memory.recall(body.topic, body.k, arm=body.arm, services=body.services, severity=body.severity)
-    return Response(result.model_dump_json(), media_type="application/json")
+    asked = functools.partial(memory.recall, body.topic, body.k, arm=body.arm, services=body.services,
+                              severity=body.severity)  # fmt: skip
+    return Response(await recalled(request.app.state.grandbo, body.topic, body.arm, asked),
+                    media_type="application/json")  # fmt: skip
 
 
 class TriageRequest(BaseModel):

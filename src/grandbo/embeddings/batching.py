@@ -5,6 +5,10 @@ the model the queue (5-6 ms a sentence on 2 cores: at most ~180 recalls/s). `Que
 one thread sends the model every query waiting at that moment, in one call. Alone, a query goes at once
 (no waiting window: no latency added); under load, the queries that arrive while the model works on one
 batch form the next. Document embeddings (the worker's) pass straight through.
+
+A server's route may ask for its query's embedding ahead (`ask`), wait for it on the event loop rather than on a
+thread of its own, and then run its recall on a thread inside `embedded`, where the recall's embedding of that
+text is the one asked for: no thread is held for the wait, so fewer threads contend for the GIL.
 """
 
 from __future__ import annotations
@@ -13,14 +17,18 @@ import os
 import queue
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of
 from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
+
+_AHEAD: ContextVar[tuple[str, Future[Sequence[float]]] | None] = ContextVar("grandbo_query_ahead", default=None)
 
 
 class QueryBatcher:
@@ -63,10 +71,17 @@ class QueryBatcher:
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> Vectors:
         if purpose != "query" or len(texts) != 1:
             return self.inner.embed(texts, purpose)
-        done: Future[Sequence[float]] = Future()
-        self._waiting.put((texts[0], done))
-        self._ensure_running()
+        ahead = _AHEAD.get()
+        done = ahead[1] if ahead is not None and ahead[0] == texts[0] else self.ask(texts[0])
         return [done.result()]
+
+    def ask(self, text: str) -> Future[Sequence[float]]:
+        """Queue the query embedding of `text`; its Future, which holds the provider's error when it fails. One
+        cancelled before the model takes it is left out of the batch."""
+        done: Future[Sequence[float]] = Future()
+        self._waiting.put((text, done))
+        self._ensure_running()
+        return done
 
     def _ensure_running(self) -> None:
         with self._lock:
@@ -94,7 +109,9 @@ class QueryBatcher:
                     batch.append(self._waiting.get(timeout=left) if left > 0 else self._waiting.get_nowait())
                 except queue.Empty:
                     break
-            self._answer(batch)
+            batch = [(text, done) for text, done in batch if done.set_running_or_notify_cancel()]
+            if batch:  # else every asker left (its client gone) before the model took it
+                self._answer(batch)
 
     def _answer(self, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
         with self._lock:
@@ -117,6 +134,17 @@ class QueryBatcher:
                 self._busy -= 1
         for (_, done), vector in zip(batch, vectors, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
+
+
+@contextmanager
+def embedded(text: str, done: Future[Sequence[float]]) -> Iterator[None]:
+    """Within the block, a `QueryBatcher`'s query embedding of `text` on this thread is `done`'s (asked ahead with
+    `QueryBatcher.ask`): its vector, or its error as the provider raised it."""
+    token = _AHEAD.set((text, done))
+    try:
+        yield
+    finally:
+        _AHEAD.reset(token)
 
 
 def store_provider(space: EmbeddingSpace, settings: Settings, *, batch_queries: bool = False) -> Provider:

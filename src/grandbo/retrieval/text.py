@@ -253,3 +253,15 @@ def check_topic(topic: str) -> str:
             detail={"topic": quoted, "words": count, "min_words": MIN_TOPIC_WORDS},
         )
     return stripped
+
+
+def query_text(topic: str) -> str | None:
+    """The text recall embeds for `topic` (`check_topic`'s), or None when it embeds none for certain: an identifier
+    (looked up exactly), one word (an identifier or refused: a catalog name is known only to the org), a topic
+    refused."""
+    if len(topic.split()) < 2 or identifier_term(topic) is not None:
+        return None
+    try:
+        return check_topic(topic)
+    except InvalidTopicError:
+        return None
