@@ -240,7 +240,10 @@ def settings(
 ) -> Settings:
     if request.node.get_closest_marker("brief_lock_waits"):  # before any store of the test is opened
         monkeypatch.setattr(SQLiteStore, "busy_timeout_ms", 1000)
-    return Settings(home=tmp_path / "home", local_model_dir=_model_dir(), database_url=database_url)
+    # An org made again right after its drop waits out every process's key cache (2.25 s; test_org_lifecycle):
+    # a test of something else marked `org_made_again_at_once` trusts no key, and waits 0.25 s.
+    keys = {"key_cache_seconds": 0} if request.node.get_closest_marker("org_made_again_at_once") else {}
+    return Settings(home=tmp_path / "home", local_model_dir=_model_dir(), database_url=database_url, **keys)
 
 
 @pytest.fixture

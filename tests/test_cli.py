@@ -477,9 +477,10 @@ def test_demo_refuses_an_org_holding_other_memories(cli):
     assert json.loads(cli("stats", "--org", "acme", "--json").stdout)["total"] == 1
 
 
-def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli):
+def test_demo_runs_twice_but_never_drops_keys_or_a_profile_someone_added(cli, monkeypatch):
     """The second run dropped the org when its entries were the shipped ones, and with it the API key and the
     profile typed into it since, without a word."""
+    monkeypatch.setenv("GRANDBO_KEY_CACHE_SECONDS", "0")  # an org made again at once (test_org_lifecycle waits)
     cli("demo")
     cli("demo")  # only what the demo wrote: replaced, again and again
     cli("keys", "create", "--org", "demo", "--scope", "read", "--name", "agent")
@@ -685,6 +686,7 @@ def test_orgs_delete_erases_an_org_with_its_keys_and_a_new_one_of_its_name_start
     from grandbo.service import Grandbo
 
     monkeypatch.setenv("GRANDBO_HOME", str(settings.home))
+    monkeypatch.setenv("GRANDBO_KEY_CACHE_SECONDS", "0")  # made again at once (test_org_lifecycle waits 2.25 s)
     if settings.database_url:
         monkeypatch.setenv("GRANDBO_DATABASE_URL", settings.database_url)
 

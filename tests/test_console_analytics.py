@@ -8,6 +8,8 @@ from __future__ import annotations
 import re
 import threading
 
+import pytest
+
 from grandbo.tiers.ledger import Ledger
 from grandbo.web import analytics, charts
 from grandbo.web.analytics import AnalyticsCache
@@ -103,6 +105,7 @@ def test_the_embedding_counts_are_read_again_without_a_build_and_orgs_kept_are_b
     assert builds == ["alpha", "beta", "gamma", "alpha"]
 
 
+@pytest.mark.org_made_again_at_once
 def test_an_org_writing_before_each_view_gets_a_build_per_stretch_not_one_a_view(grandbo, monkeypatch):
     """Probe 23b: an org that recorded an outcome before each view changed its data every time, so each view built
     its numbers again (0.27 s of CPU at 100,000 outcomes; four such loops took another org's recall p50 7 -> 83 ms).

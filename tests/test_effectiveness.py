@@ -1,7 +1,6 @@
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from scipy.stats import beta
 
 from grandbo.tiers.effectiveness import Outcome, OutcomeKind, posterior, summarize, trend
 
@@ -21,6 +20,8 @@ def outcome(kind, n=0, ttm=None, service="redis-sessions", rating=None):
 
 
 def test_win_rate_is_the_beta_posterior_mean_with_a_credible_interval():
+    from scipy.stats import beta  # here: scipy.stats cost each worker's collection a second of CPU
+
     mean, (low, high) = posterior(47, 3)
     assert mean == pytest.approx(48 / 52)
     assert low == pytest.approx(beta.ppf(0.05, 48, 4), abs=1e-4)

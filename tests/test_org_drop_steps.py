@@ -112,6 +112,7 @@ def test_a_drop_cut_short_has_taken_the_org_and_is_finished_at_the_next_open(gra
     assert _rows(settings, "big") == dict.fromkeys(ORG_TABLES, 0) and _marked(settings) == []
 
 
+@pytest.mark.org_made_again_at_once
 @embedded
 def test_an_org_created_again_finishes_the_drop_first(grandbo, settings, monkeypatch):
     _seed(grandbo, "acme", 30)

@@ -125,6 +125,7 @@ def test_one_orgs_backlog_does_not_starve_another(grandbo, store):
     assert store.claim_work_of("small", INCIDENT_SYNC, ["INC-1"], 8, 60) == []  # leased: not run twice at once
 
 
+@pytest.mark.org_made_again_at_once
 def test_dropping_an_org_drops_its_pending_work(grandbo, store):
     grandbo.org("acme", create=True)
     grandbo.org("beta", create=True)
