@@ -122,23 +122,13 @@ class Recall:
             self._explain_empty(view, topic, notes)
         elif unjudged is not None:
             notes.append(unjudged[1])
-        elif answer is not None and answer.calibration is None:
-            notes.append(
-                f"uncalibrated: no verdict calibration for {answer.space}, so no seen-before verdict; "
-                "calibrate on labelled queries with `grandbo calibrate DIR`"
-            )
-        elif answer is not None and not answer.seen_before:
-            notes.append(
-                f"no similar past incident: the calibrated probability {answer.probability:.2f} is below "
-                f"{answer.calibration.threshold:.2f}; the hits are the nearest memories, not known recurrences"
-                if answer.calibration is not None and answer.probability is not None
-                else "no similar past incident"
-            )
+        elif answer is not None and (said := answer.note()) is not None:
+            notes.append(said)
         result = RecallResult.model_validate({
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
-            "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
+            "calibration": unjudged[0] if unjudged else answer.label if answer else None,
         })  # fmt: skip
         if shared is not None and (arm is Arm.LEXICAL or query is not None):  # not an answer the provider failed
             shared.keep(key, result, now, until, (lexical, vector, query, unjudged))
@@ -249,12 +239,6 @@ class Recall:
         values = verdict.features((c.cosine for c in pool), (c.coverage for c in pool))
         until = rerank.steady_until([c.entry.occurred_at for c in pool] if steady else [], now, policy.rerank)
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view))), until
-
-    @staticmethod
-    def _calibration_label(answer: Verdict | None) -> str | None:
-        if answer is None:
-            return None
-        return answer.calibration.label if answer.calibration else "uncalibrated"
 
     def _check_k(self, k: int) -> None:
         if not 1 <= k <= self._policy.max_k:
