@@ -136,7 +136,7 @@ class PostgresConnection:
                 **reach.connect_options(self._connect_timeout),
             },
             configure=self._reach.configure(_configure),
-            check=ConnectionPool.check_connection,
+            check=reach.check,  # a round trip only where the server said something (closed it)
             reconnect_timeout=self._connect_timeout,  # no minutes of back-off: the next request tries again
             reconnect_failed=self._reach.failed,  # then requests are answered 503 store_unavailable (`reach`)
             open=False,
