@@ -423,9 +423,7 @@ class IndexFeed(Protocol):
 class LentSearch(Protocol):
     """One `vector_search` on a connection taken already (`VectorSearch.lend_search`): the first call gives it back."""
 
-    def search(
-        self, space: EmbeddingSpace, vector: Matrix, limit: int, min_similarity: float
-    ) -> list[VectorHit] | None:
+    def search(self, space: EmbeddingSpace, vector: Matrix, limit: int, min_sim: float) -> list[VectorHit] | None:
         """Its hits; None: the connection was lost (search by `vector_search`). A statement's error is raised."""
         ...
 

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
 from datetime import datetime
-from functools import partial
 from typing import Any
 
 import numpy as np
@@ -327,7 +326,7 @@ class Recall:
         """The provider and the topic's embedding (`ahead`'s, if given), or None (with a note) when the provider
         cannot give one."""
         try:
-            provider = self._provider()
+            provider = self._provider() if ahead is None else ahead.provider  # (asked again: maybe failed since)
             mark = time.perf_counter()
             query = ahead.query() if ahead is not None else embed_query(provider, topic)
             timings.embed_ms = ahead.embed_ms if ahead is not None else (time.perf_counter() - mark) * 1000
@@ -358,9 +357,7 @@ class Recall:
             provider = self._provider()
         except GrandboError:
             return None
-        return self._search.ahead(
-            partial(embed_query, provider, topic), space_of(provider), *self._vector_bounds(provider)
-        )
+        return self._search.ahead(provider, topic, *self._vector_bounds(provider))
 
     def _fuse(
         self, view: OrgIndex, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int

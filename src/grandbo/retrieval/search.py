@@ -12,6 +12,7 @@ from functools import partial
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.embeddings.base import Provider, embed_query, space_of
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LentSearch, LexicalHit, Matrix, VectorHit, VectorSearch
 from grandbo.retrieval.arms import helpers
@@ -64,10 +65,8 @@ class OrgSearch:
         the search ahead (`ahead`), before the view, to run while it reads the org's index image and facts."""
         return self._native is not None and self._keeper.lazy_vectors and not self._keeper.keeps(self._org)
 
-    def ahead(
-        self, embed: Callable[[], Matrix], space: EmbeddingSpace, limit: int, min_similarity: float
-    ) -> VectorAhead | None:
-        """The topic embedded (`embed`) and its vector searched by the store, begun on a helper thread before the org's
+    def ahead(self, provider: Provider, topic: str, limit: int, min_similarity: float) -> VectorAhead | None:
+        """`topic` embedded by `provider`, its vector searched by the store, begun on a helper thread before the org's
         first view is made (`searches_ahead`), for `vector` to answer with: the embedding and pgvector's scan (~30 ms
         at 2,000 entries on a busy machine) run while the caller reads the org's index image and facts. None where
         the store searches no vectors. In a transaction and on a pooled connection of its own, which set the org as
@@ -77,7 +76,7 @@ class OrgSearch:
         so, helpers waiting for one would wait until the pool's timeout (30 s, then a 503)."""
         if self._native is None:
             return None
-        return VectorAhead(embed, self._native.lend_search(self._org), space, limit, min_similarity)
+        return VectorAhead(provider, topic, self._native.lend_search(self._org), limit, min_similarity)
 
     def purged(self) -> None:
         """An entry of the org was purged (`IndexKeeper.purged`)."""
@@ -189,10 +188,9 @@ class VectorAhead:
     connection lent for it: given back by the search, or by `close` (the recall did not use it, or failed). Asked for
     while still queued behind other recalls' helper tasks (a busy server), it runs on the asking thread."""
 
-    def __init__(
-        self, embed: Callable[[], Matrix], lent: LentSearch, space: EmbeddingSpace, limit: int, min_similarity: float
-    ) -> None:
-        self._embed, self._lent, self._bounds = embed, lent, (space, limit, min_similarity)
+    def __init__(self, provider: Provider, topic: str, lent: LentSearch, limit: int, min_similarity: float) -> None:
+        self.provider, self._topic, self._lent = provider, topic, lent
+        self._bounds = space_of(provider), limit, min_similarity
         self._vector: Future[Matrix] = Future()
         self._found: Future[list[VectorHit] | None] = Future()  # None: search again (the connection was lost)
         self.embed_ms = self.waited_ms = 0.0  # the embedding's time, and how long the caller waited for it
@@ -201,7 +199,7 @@ class VectorAhead:
     def _run(self) -> None:
         try:
             mark = time.perf_counter()
-            vector = self._embed()
+            vector = embed_query(self.provider, self._topic)
             self.embed_ms = (time.perf_counter() - mark) * 1000
         except BaseException as error:
             self._lent.close()
