@@ -10,6 +10,7 @@ Statements and connections are observed at psycopg and the pool, never timed; th
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from pathlib import Path
@@ -20,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import space_of
+from grandbo.retrieval.arms import helpers
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
 
@@ -209,3 +211,21 @@ def test_a_first_recall_that_builds_the_index_gives_the_lent_connection_back(pg_
             time.sleep(0.01)  # the helper's search, if it took the connection, gives it back as it ends
         assert pool.get_stats()["pool_available"] == 1
         assert memory.recall(TOPIC, 5).hits
+
+
+def test_a_search_still_queued_behind_other_helper_tasks_is_run_by_the_recall(saved):
+    """With every helper thread busy (a busy server), the first recall's embedding and search, still queued, run on
+    the recall's own thread, once, on the connection lent for them: it answers as in process, and again."""
+    expected = _answer(saved)
+    release = threading.Event()
+    busy = [helpers.submit(release.wait, 10) for _ in range(max(2, os.cpu_count() or 2))]
+    try:
+        with Grandbo.open(saved.model_copy(update={"pg_pool_size": 1})) as grandbo:
+            memory = grandbo.org("acme")
+            assert [(h.entry.id, h.composite) for h in memory.recall(TOPIC, 5).hits] == expected
+            assert grandbo._keeper.counts["loaded"] == 1
+            assert [(h.entry.id, h.composite) for h in memory.recall(TOPIC, 5).hits] == expected
+    finally:
+        release.set()
+        for each in busy:
+            each.result()

@@ -213,20 +213,24 @@ class VectorAhead:
         except BaseException as error:
             self._found.set_exception(error)
 
+    def _here(self) -> None:
+        """Run on this thread if still queued (once: a task begun or run is not cancelled again)."""
+        if not self._vector.done() and self._job.cancel():
+            self._run()
+
     def query(self) -> Matrix:
         """The topic's vector (the embedding's error, if it failed)."""
         mark = time.perf_counter()
-        if self._job.cancel():
-            self._run()
+        self._here()
         try:
             return self._vector.result()
         finally:
-            self.waited_ms = (time.perf_counter() - mark) * 1000
+            self.waited_ms += (time.perf_counter() - mark) * 1000
 
     def hits(self, search: Callable[[Matrix], list[VectorHit]]) -> list[VectorHit]:
         """The search's hits (its error, if it failed), else `search`'s where the lent connection was lost."""
-        vector = self.query()
-        found = self._found.result()
+        self._here()
+        vector, found = self._vector.result(), self._found.result()
         return search(vector) if found is None else found
 
     def close(self) -> None:
