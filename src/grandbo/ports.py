@@ -47,6 +47,7 @@ EntryVectors: TypeAlias = Mapping[str, npt.NDArray[np.float32]]
 """Vectors by entry id (`OrgEntries.append`)."""
 Matching: TypeAlias = Mapping[tuple[str, ...], str | None]
 """Documents whose `data` holds each value at its path, None: no value there (`OrgDocuments.newest`)."""
+Matrix: TypeAlias = npt.NDArray[np.float32]
 Position: TypeAlias = tuple[datetime, str] | None
 """Where a page of documents in write order goes on: the write time and id of the last one a caller has."""
 # What an erasure deletes with their history besides what it rewrites (`OrgDocuments.erase`): (collection, id)s, given
@@ -419,17 +420,24 @@ class IndexFeed(Protocol):
         ...
 
 
+class LentSearch(Protocol):
+    """One `vector_search` on a connection taken already (`VectorSearch.lend_search`): the first call gives it back."""
+
+    def search(self, space: EmbeddingSpace, vector: Matrix, limit: int, min_sim: float) -> list[VectorHit] | None:
+        """Its hits; None: the connection was lost (search by `vector_search`). A statement's error is raised."""
+        ...
+
+    def close(self) -> None: ...
+
+
 class VectorSearch(Protocol):
     """Exact or approximate nearest neighbours computed by the store itself (pgvector)."""
 
     def vector_search(
         self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
     ) -> list[VectorHit]: ...
-    def vector_search_lent(
-        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
-    ) -> Callable[[], list[VectorHit] | None]:
-        """`vector_search` on a connection the calling thread takes now, run when called (once, on any thread, which
-        gives it back; None: the connection was lost): a helper thread that runs it waits for no connection."""
+    def lend_search(self, org_id: str) -> LentSearch:
+        """A connection taken now by the calling thread for one search of the org on any thread (it waits for none)."""
         ...
 
     def any_vector(self, org_id: str, space: EmbeddingSpace) -> bool:

@@ -134,6 +134,11 @@ def check_query_vector(provider: Provider, vector: Matrix | None) -> Matrix:
     return vector
 
 
+def embed_query(provider: Provider, topic: str) -> Matrix:
+    """A recall topic's vector (`check_query_vector`: none for an all-zero one)."""
+    return check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
+
+
 Factory = Callable[[Settings], Provider]
 _REGISTRY: dict[str, Factory] = {}
 

@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import structlog
 
-from grandbo.embeddings.base import Provider, check_query_vector, embed_checked, space_of
+from grandbo.embeddings.base import Provider, embed_query, space_of
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.model import (
     NO_VECTOR_VERDICT,
@@ -45,7 +45,6 @@ from grandbo.retrieval.verdict import Verdict, recurrence
 log = structlog.get_logger(__name__)
 Unjudged = tuple[str, str] | None  # why an answer has no verdict: RecallResult.calibration, the note
 Query = tuple[Provider, npt.NDArray[np.float32]]  # the provider and the topic's vector
-Early = tuple[Query | None, VectorAhead | None] | None  # `Recall._early`
 MAX_K = DEFAULT_POLICY.max_k  # the most hits one recall returns (no setting changes it)
 
 
@@ -86,12 +85,25 @@ class Recall:
         except ValueError as error:
             raise InvalidInputError(f"Invalid severity: {error}.", detail={"severity": severity}) from error
         self._check_k(k)
-        started, now = time.perf_counter(), now or utcnow()  # the question's time: the ages re-ranking weighs
+        started = time.perf_counter()
+        # The org's first read in this process: its topic embedded and searched by the store while its view is made.
+        ahead = self._ahead(topic) if arm is not Arm.LEXICAL and self._search.searches_ahead() else None
+        try:
+            return self._answer(topic, k, arm, services, wanted, now or utcnow(), shared, started, ahead)
+        finally:
+            if ahead is not None:
+                ahead.close()  # not used (the view searches in process, an error): its connection given back
+
+    def _answer(
+        self, topic: str, k: int, arm: Arm, services: Sequence[str] | None, wanted: Severity | None, now: datetime,
+        shared: SharedRecalls | None, started: float, ahead: VectorAhead | None,
+    ) -> RecallResult:  # fmt: skip
+        """`__call__`'s answer to a topic (not an identifier) at `now`, the question's time (re-ranking weighs ages)."""
         notes: list[str] = []
         timings = RecallTimings()
-        cold = arm is not Arm.LEXICAL and self._search.searches_ahead()  # the org's first read in this process
         view = self._search.view()
-        early = self._early(view, topic, timings, notes) if cold else None
+        if ahead is not None and self._search.arms_in_parallel(view):  # made with its vectors: searched here
+            ahead.close()
         key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
         # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
         shared = shared if view.space is not None or arm is Arm.LEXICAL else None
@@ -109,7 +121,7 @@ class Recall:
         # transaction where the store has one to share, ended once the last is made: scoring holds no connection.
         with ExitStack() as reads:
             reads.enter_context(self._search.reading())
-            lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes, early)
+            lexical, vector, query, unjudged = found or self._retrieve(view, topic, arm, timings, notes, ahead)
             if arm is Arm.RERANKED and facts is not None:
                 # Oversample: every fused candidate is re-ranked, then the list is cut to k.
                 hits, answer, until = self._rerank(view, facts, topic, lexical, vector, services, wanted, now, k,
@@ -117,44 +129,35 @@ class Recall:
                                                    steady=shared is not None)  # fmt: skip
             else:
                 hits = self._fuse(view, arm, lexical, vector, k)
-        timings.total_ms = (time.perf_counter() - started) * 1000 - timings.embed_ms
+        waited = ahead.waited_ms if ahead is not None else timings.embed_ms  # for the topic's vector
+        timings.total_ms = (time.perf_counter() - started) * 1000 - waited
         if not hits:
             self._explain_empty(view, topic, notes)
         elif unjudged is not None:
             notes.append(unjudged[1])
-        elif answer is not None and answer.calibration is None:
-            notes.append(
-                f"uncalibrated: no verdict calibration for {answer.space}, so no seen-before verdict; "
-                "calibrate on labelled queries with `grandbo calibrate DIR`"
-            )
-        elif answer is not None and not answer.seen_before:
-            notes.append(
-                f"no similar past incident: the calibrated probability {answer.probability:.2f} is below "
-                f"{answer.calibration.threshold:.2f}; the hits are the nearest memories, not known recurrences"
-                if answer.calibration is not None and answer.probability is not None
-                else "no similar past incident"
-            )
+        elif answer is not None and (said := answer.note()) is not None:
+            notes.append(said)
         result = RecallResult.model_validate({
             "topic": topic, "arm": arm, "k": k, "hits": hits, "notes": notes, "timings": timings,
             "seen_before": answer.seen_before if answer else None,
             "evidence": answer.probability if answer else None,
-            "calibration": unjudged[0] if unjudged else self._calibration_label(answer),
+            "calibration": unjudged[0] if unjudged else answer.label if answer else None,
         })  # fmt: skip
         if shared is not None and (arm is Arm.LEXICAL or query is not None):  # not an answer the provider failed
             shared.keep(key, result, now, until, (lexical, vector, query, unjudged))
         return result
 
     def _retrieve(
-        self, view: OrgIndex, topic: str, arm: Arm, timings: RecallTimings, notes: list[str], early: Early = None
-    ) -> tuple[list[LexicalHit], list[VectorHit], Query | None, Unjudged]:
+        self, view: OrgIndex, topic: str, arm: Arm, timings: RecallTimings, notes: list[str],
+        ahead: VectorAhead | None = None,
+    ) -> tuple[list[LexicalHit], list[VectorHit], Query | None, Unjudged]:  # fmt: skip
         """Both arms' candidates for `topic` as `arm` asks, the query's vector, why there is no verdict (None: there
         is one): what an answer rests on before its re-ranking, which alike alerts share (`retrieval.shared`).
-        `early`: the query's vector, embedded already, and its search in the store begun (`_early`)."""
+        `ahead`: the topic's vector and its search in the store, begun before the view (`_ahead`)."""
         lexical: list[LexicalHit] = []
         vector: list[VectorHit] = []
-        ahead = early[1] if early else None
         # The query's vector first: its time is reported apart.
-        query = None if arm is Arm.LEXICAL else early[0] if early else self._query_vector(topic, timings, notes)
+        query = None if arm is Arm.LEXICAL else self._query_vector(topic, timings, notes, ahead)
         if arm is Arm.VECTOR:
             vector = self._vector_arm(view, *query, timings, ahead) if query is not None else []
         elif arm is Arm.LEXICAL or query is None:
@@ -250,12 +253,6 @@ class Recall:
         until = rerank.steady_until([c.entry.occurred_at for c in pool] if steady else [], now, policy.rerank)
         return hits, Verdict.of(calibration, values, "{}:{}".format(*self._space(view))), until
 
-    @staticmethod
-    def _calibration_label(answer: Verdict | None) -> str | None:
-        if answer is None:
-            return None
-        return answer.calibration.label if answer.calibration else "uncalibrated"
-
     def _check_k(self, k: int) -> None:
         if not 1 <= k <= self._policy.max_k:
             raise InvalidInputError(f"k must be between 1 and {self._policy.max_k}, got {k}.", detail={"k": k})
@@ -323,13 +320,16 @@ class Recall:
         timings.lexical_ms = (time.perf_counter() - mark) * 1000
         return hits
 
-    def _query_vector(self, topic: str, timings: RecallTimings, notes: list[str]) -> Query | None:
-        """The provider and the topic's embedding, or None (with a note) when the provider cannot give one."""
+    def _query_vector(
+        self, topic: str, timings: RecallTimings, notes: list[str], ahead: VectorAhead | None = None
+    ) -> Query | None:
+        """The provider and the topic's embedding (`ahead`'s, if given), or None (with a note) when the provider
+        cannot give one."""
         try:
-            provider = self._provider()
+            provider = self._provider() if ahead is None else ahead.provider  # (asked again: maybe failed since)
             mark = time.perf_counter()
-            query = check_query_vector(provider, embed_checked(provider, [topic], "query")[0])
-            timings.embed_ms = (time.perf_counter() - mark) * 1000
+            query = ahead.query() if ahead is not None else embed_query(provider, topic)
+            timings.embed_ms = ahead.embed_ms if ahead is not None else (time.perf_counter() - mark) * 1000
             return provider, query
         except GrandboError as error:
             notes.append(f"vector arm skipped: {error.message}")
@@ -350,13 +350,14 @@ class Recall:
         policy = self._policy.vector
         return policy.limit, provider.min_similarity if policy.min_similarity is None else policy.min_similarity
 
-    def _early(self, view: OrgIndex, topic: str, timings: RecallTimings, notes: list[str]) -> Early:
-        """The topic's vector (None with a note: the provider gave none) and, where the org's new `view` leaves its
-        vector arm to the store, its search begun, run while this thread reads the org's facts (`OrgSearch.ahead`)."""
-        query = self._query_vector(topic, timings, notes)
-        if query is None:
-            return None, None
-        return query, self._search.ahead(view, space_of(query[0]), query[1], *self._vector_bounds(query[0]))
+    def _ahead(self, topic: str) -> VectorAhead | None:
+        """The topic embedded and its vector searched by the store, begun on a helper thread (`OrgSearch.ahead`); None
+        where the provider gives none (the recall's own call of it says why)."""
+        try:
+            provider = self._provider()
+        except GrandboError:
+            return None
+        return self._search.ahead(provider, topic, *self._vector_bounds(provider))
 
     def _fuse(
         self, view: OrgIndex, arm: Arm, lexical: list[LexicalHit], vector: list[VectorHit], k: int

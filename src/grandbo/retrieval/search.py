@@ -7,12 +7,14 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from contextlib import AbstractContextManager, nullcontext
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
 
+from grandbo.embeddings.base import Provider, embed_query, space_of
 from grandbo.model import EmbeddingSpace, Entry
-from grandbo.ports import LexicalHit, VectorHit, VectorSearch
+from grandbo.ports import LentSearch, LexicalHit, Matrix, VectorHit, VectorSearch
 from grandbo.retrieval.arms import helpers
 from grandbo.retrieval.index import Backlog, OrgIndex
 from grandbo.retrieval.keeper import IndexKeeper
@@ -60,25 +62,21 @@ class OrgSearch:
     def searches_ahead(self) -> bool:
         """Whether the next `view` is the org's first read in this process and may leave the vector arm to the store
         (the org's index made from its image without its vectors, `IndexKeeper.lazy_vectors`): a recall then begins
-        the search ahead (`ahead`), to run while it reads the org's facts."""
+        the search ahead (`ahead`), before the view, to run while it reads the org's index image and facts."""
         return self._native is not None and self._keeper.lazy_vectors and not self._keeper.keeps(self._org)
 
-    def ahead(
-        self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float
-    ) -> VectorAhead | None:
-        """The store's search of `query` begun on a helper thread, for `vector` to answer with, where `view` leaves the
-        vector arm to the store (else None): pgvector scans while the caller goes on (2-3 ms of an org's first
-        recall, ~30 ms at 2,000 entries). In a transaction and on a pooled connection of its own, which set the org as
-        every transaction does (row-level security); the view has confirmed the org's incarnation (`Incarnation`).
-        That connection is taken here, by the caller (`VectorSearch.vector_search_lent`), not by the helper: a recall
-        waiting for its helper may hold a connection of the pool, and were every connection held so, helpers waiting
-        for one would wait until the pool's timeout (30 s, then a 503)."""
-        if (native := self._store_search(view)) is None:
+    def ahead(self, provider: Provider, topic: str, limit: int, min_similarity: float) -> VectorAhead | None:
+        """`topic` embedded by `provider`, its vector searched by the store, begun on a helper thread before the org's
+        first view is made (`searches_ahead`), for `vector` to answer with: the embedding and pgvector's scan (~30 ms
+        at 2,000 entries on a busy machine) run while the caller reads the org's index image and facts. None where
+        the store searches no vectors. In a transaction and on a pooled connection of its own, which set the org as
+        every transaction does (row-level security); the hits are used only once the view confirmed the org's
+        incarnation (`Incarnation`). That connection is taken here, by the caller (`VectorSearch.lend_search`), not by
+        the helper: a recall waiting for its helper may hold a connection of the pool, and were every connection held
+        so, helpers waiting for one would wait until the pool's timeout (30 s, then a 503)."""
+        if self._native is None:
             return None
-        bounds = (self._org, space, query, limit, min_similarity)
-        ahead = VectorAhead(native.vector_search_lent(*bounds), lambda: native.vector_search(*bounds))
-        ahead.begin()
-        return ahead
+        return VectorAhead(provider, topic, self._native.lend_search(self._org), limit, min_similarity)
 
     def purged(self) -> None:
         """An entry of the org was purged (`IndexKeeper.purged`)."""
@@ -95,8 +93,8 @@ class OrgSearch:
         """The vector arm's hits: the store's where it searches the org's vectors (those of `ahead`, the same search
         begun before the view, if given), else the index's."""
         if (native := self._store_search(view)) is not None:
-            return ahead.hits() if ahead is not None else native.vector_search(
-                self._org, space, query, limit, min_similarity)  # fmt: skip
+            search = partial(native.vector_search, self._org, space, limit=limit, min_similarity=min_similarity)
+            return ahead.hits(search) if ahead is not None else search(query)
         if view.space != space:
             return []
         with view.vector_lock:
@@ -186,20 +184,57 @@ class OrgSearch:
 
 
 class VectorAhead:
-    """One recall's vector search in the store, begun on a helper thread (`OrgSearch.ahead`): `lent`, on the
-    connection taken for it (None: it was lost), else `search`, by the caller."""
+    """One first recall's topic embedded, then searched in the store, on a helper thread (`OrgSearch.ahead`), on the
+    connection lent for it: given back by the search, or by `close` (the recall did not use it, or failed). Asked for
+    while still queued behind other recalls' helper tasks (a busy server), it runs on the asking thread."""
 
-    def __init__(self, lent: Callable[[], list[VectorHit] | None], search: Callable[[], list[VectorHit]]) -> None:
-        self._lent, self._search = lent, search
-        self._job: Future[list[VectorHit] | None] | None = None
+    def __init__(self, provider: Provider, topic: str, lent: LentSearch, limit: int, min_similarity: float) -> None:
+        self.provider, self._topic, self._lent = provider, topic, lent
+        self._bounds = space_of(provider), limit, min_similarity
+        self._vector: Future[Matrix] = Future()
+        self._found: Future[list[VectorHit] | None] = Future()  # None: search again (the connection was lost)
+        self.embed_ms = self.waited_ms = 0.0  # the embedding's time, and how long the caller waited for it
+        self._job = helpers.submit(self._run)
 
-    def begin(self) -> None:
-        if self._job is None:
-            self._job = helpers.submit(self._lent)
+    def _run(self) -> None:
+        try:
+            mark = time.perf_counter()
+            vector = embed_query(self.provider, self._topic)
+            self.embed_ms = (time.perf_counter() - mark) * 1000
+        except BaseException as error:
+            self._lent.close()
+            self._vector.set_exception(error)
+            self._found.set_result(None)
+            return
+        self._vector.set_result(vector)
+        try:
+            space, limit, min_similarity = self._bounds
+            self._found.set_result(self._lent.search(space, vector, limit, min_similarity))
+        except BaseException as error:
+            self._found.set_exception(error)
 
-    def hits(self) -> list[VectorHit]:
-        """The search's hits (its error, if it failed). One still queued behind other recalls' helper tasks (a busy
-        server) is run by the calling thread, on the connection taken for it."""
-        assert self._job is not None, "begun by OrgSearch.ahead"
-        found = self._lent() if self._job.cancel() else self._job.result()
-        return self._search() if found is None else found
+    def _here(self) -> None:
+        """Run on this thread if still queued (once: a task begun or run is not cancelled again)."""
+        if not self._vector.done() and self._job.cancel():
+            self._run()
+
+    def query(self) -> Matrix:
+        """The topic's vector (the embedding's error, if it failed)."""
+        mark = time.perf_counter()
+        self._here()
+        try:
+            return self._vector.result()
+        finally:
+            self.waited_ms += (time.perf_counter() - mark) * 1000
+
+    def hits(self, search: Callable[[Matrix], list[VectorHit]]) -> list[VectorHit]:
+        """The search's hits (its error, if it failed), else `search`'s where the lent connection was lost."""
+        self._here()
+        vector, found = self._vector.result(), self._found.result()
+        return search(vector) if found is None else found
+
+    def close(self) -> None:
+        """Its connection given back if the search has not taken it (which then answers None), the task let go if
+        still queued; again: nothing."""
+        self._job.cancel()
+        self._lent.close()

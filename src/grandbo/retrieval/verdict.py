@@ -115,3 +115,22 @@ class Verdict:
             return cls(None, None, None, space)
         p = probability(calibration, values)
         return cls(calibration, round(p, 4), p >= calibration.threshold, space)
+
+    @property
+    def label(self) -> str:
+        """The answer's calibration as `RecallResult.calibration` names it."""
+        return self.calibration.label if self.calibration else "uncalibrated"
+
+    def note(self) -> str | None:
+        """What a recall's note says of this verdict on its hits: None where the question was seen before."""
+        if self.calibration is None:
+            return (
+                f"uncalibrated: no verdict calibration for {self.space}, so no seen-before verdict; "
+                "calibrate on labelled queries with `grandbo calibrate DIR`"
+            )
+        if self.seen_before or self.probability is None:
+            return None if self.seen_before else "no similar past incident"
+        return (
+            f"no similar past incident: the calibrated probability {self.probability:.2f} is below "
+            f"{self.calibration.threshold:.2f}; the hits are the nearest memories, not known recurrences"
+        )

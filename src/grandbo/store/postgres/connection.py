@@ -136,7 +136,7 @@ class PostgresConnection:
                 **reach.connect_options(self._connect_timeout),
             },
             configure=self._reach.configure(_configure),
-            check=ConnectionPool.check_connection,
+            check=reach.check,  # a round trip only where the server said something (closed it)
             reconnect_timeout=self._connect_timeout,  # no minutes of back-off: the next request tries again
             reconnect_failed=self._reach.failed,  # then requests are answered 503 store_unavailable (`reach`)
             open=False,
@@ -201,7 +201,7 @@ class PostgresConnection:
         """A transaction, scoped to one org (SET LOCAL grandbo.org_id) when `org_id` is given; `local`
         holds more transaction-local settings (dots spelled as double underscores). `join`: a read that may run in
         this thread's read transaction of the org (`_reading_together`), when one is open and nothing else is set.
-        `lent`: on this connection, taken from the pool already (`VectorsMixin.vector_search_lent`)."""
+        `lent`: on this connection, taken from the pool already (`VectorsMixin.lend_search`)."""
         settings = {"grandbo.org_id": org_id or "", **{k.replace("__", "."): v for k, v in local.items()}}
         pinned: psycopg.Connection[Any] | None = lent or getattr(self._pinned, "conn", None)
         together: _Together | None = getattr(self._pinned, "together", None)

@@ -8,7 +8,8 @@ and only vectors of the store's recorded space answer. `corpus_stats` counts wha
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Sequence
 from functools import partial
 from typing import Any
 
@@ -43,25 +44,10 @@ class VectorsMixin(PostgresConnection):
     ) -> list[VectorHit]:
         return self._retrying(partial(self._nearest, org_id, space, vector, limit, min_similarity))
 
-    def vector_search_lent(
-        self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
-    ) -> Callable[[], list[VectorHit] | None]:
-        """`vector_search` on a pooled connection the calling thread takes now (waiting for one as any read does), run
-        once when called, on any thread, which gives the connection back: a helper thread that runs it waits for no
-        connection (`OrgSearch.ahead`). None from it: the connection was lost (the caller searches by
-        `vector_search`, which retries)."""
-        lent = self._reach.lend(self._pool)
-        conn = lent.__enter__()
-
-        def search() -> list[VectorHit] | None:
-            with contextlib.ExitStack() as stack:
-                stack.push(lent)  # the connection given back, whatever happens
-                try:
-                    return self._nearest(org_id, space, vector, limit, min_similarity, conn)
-                except psycopg.OperationalError:
-                    return None
-
-        return search
+    def lend_search(self, org_id: str) -> _LentSearch:
+        """A pooled connection the calling thread takes now (waiting for one as any read does) for one search of the
+        org on any thread: a helper thread that runs it waits for no connection (`OrgSearch.ahead`)."""
+        return _LentSearch(self, org_id)
 
     def _nearest(
         self, org_id: str, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float,
@@ -182,3 +168,40 @@ class VectorsMixin(PostgresConnection):
             )
 
         return self._retrying(read)
+
+
+class _LentSearch:
+    """`ports.LentSearch`: the connection is given back by the first of `search` and `close`, on whichever thread
+    calls it; a later call finds none (`search` answers None: the caller searches by `vector_search`)."""
+
+    def __init__(self, store: VectorsMixin, org_id: str) -> None:
+        self._store, self._org = store, org_id
+        self._lent = contextlib.ExitStack()
+        self._conn: psycopg.Connection[Any] | None = self._lent.enter_context(store._reach.lend(store._pool))
+        self._taken = threading.Lock()
+
+    def _take(self) -> psycopg.Connection[Any] | None:
+        with self._taken:
+            conn, self._conn = self._conn, None
+        return conn
+
+    def search(
+        self, space: EmbeddingSpace, vector: npt.NDArray[np.float32], limit: int, min_similarity: float
+    ) -> list[VectorHit] | None:
+        """The hits, on the lent connection, given back; None where it was lost (broken: searched again on another,
+        by `vector_search`, which retries) or given back already. An error of the statement itself on a connection
+        that still works (a cancel, a timeout) is raised: searched again, it would fail again."""
+        if (conn := self._take()) is None:
+            return None
+        with self._lent:
+            try:
+                return self._store._nearest(self._org, space, vector, limit, min_similarity, conn)
+            except psycopg.OperationalError:
+                if conn.broken or conn.closed:
+                    return None
+                raise
+
+    def close(self) -> None:
+        """The connection given back unsearched (the view searches in process, the recall failed), unless it was."""
+        if self._take() is not None:
+            self._lent.close()
