@@ -5,6 +5,8 @@ otherwise (7e-8 here): they agree to 1e-6, the precision the two backends are co
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -231,3 +233,35 @@ def test_an_index_grown_past_the_packed_bound_lets_its_copy_go(monkeypatch):
     without_copy = index.nbytes - rows * 96
     _agree(index.top(query, 25, 0.0), _full(index, query, 25, 0.0))
     assert index.nbytes <= without_copy  # past the bound: the copy let go, not counted
+
+
+@pytest.mark.parametrize("packed", [True, False])
+def test_a_pass_begun_before_writes_is_begun_again_and_answers_as_the_full_product(monkeypatch, packed):
+    """A hybrid recall begins the int8 pass (`VectorIndex.begin`), runs its one kernel call on a helper thread while
+    the lexical arm runs, and finishes it with `top(..., begun)`: the same answer as a search made at once. A write
+    between the two (a refresh applied meanwhile) makes the products stale: the pass is begun again, and the row
+    rewritten to the query itself comes first."""
+    if not packed:
+        monkeypatch.setattr(codes, "PACK_BYTES", 0)
+    rng = np.random.default_rng(19)
+    rows = 2 * PRUNE_FROM
+    index = VectorIndex(96)
+    index.set_many(list(range(rows)), _clustered(rng, rows, 96, spread=1.0))
+    for step in range(8):
+        query = normalize(_clustered(rng, 1, 96, spread=1.0)[0])
+        begun = index.begin(query)
+        assert begun is not None
+        with ThreadPoolExecutor(1) as helper:
+            begun.products = helper.submit(begun.kernel).result()
+        if step % 2:  # written after the products were taken: they no longer count
+            target = int(rng.integers(0, rows))
+            index.set(target, query)
+            index.set_many([rows], _clustered(rng, 1, 96, spread=1.0))
+            rows += 1
+        got = index.top(query, 25, 0.0, begun)
+        _agree(got, _full(index, query, 25, 0.0))
+        if step % 2:
+            assert got[0][0] == target
+    small = VectorIndex(96)
+    small.set_many(list(range(100)), _clustered(rng, 100, 96))
+    assert small.begin(query) is None  # no int8 pass under PRUNE_FROM rows: nothing to begin

@@ -1,11 +1,15 @@
 """Running recall's two arms at once on the embedded store: one arm per core.
 
-The lexical arm runs on a helper thread while the caller's thread runs the vector arm, whose matrix
-product runs on one BLAS thread; otherwise BLAS would spread the product over both cores and the lexical
-arm would wait for it. Measured with `benchmarks/recall_latency.py` (docs/architecture.md,
-"Where the arms run"): worth it only where the vector arm computes in process, and only while the process has
-a core per arm: with as many recalls in flight as cores (a busy server), or while recent recalls ran their arms
-faster in turn (other processes on the cores), each recall runs its arms in turn on its own thread.
+Over an index with an int8 copy (`vector.PRUNE_FROM` rows and more) a helper thread runs the int8 pass's one
+kernel call, which lets go of the GIL, while the caller's thread runs the lexical arm and then finishes the vector
+arm: the helper needs the GIL only to start and end, where a helper running the lexical arm (Python and numpy calls
+on short arrays) held it while the caller waited to finish its own arm. Over a smaller index the lexical arm runs
+on the helper while the caller runs the vector arm, whose matrix product runs on one BLAS thread; otherwise BLAS
+would spread the product over both cores and the lexical arm would wait for it. Measured with
+`benchmarks/recall_latency.py` (docs/architecture.md, "Where the arms run"): worth it only where the vector arm
+computes in process, and only while the process has a core per arm: with as many recalls in flight as cores (a busy
+server), or while recent recalls ran their arms faster in turn (other processes on the cores), each recall runs its
+arms in turn on its own thread.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ in dimensions where that is larger (above 419: 768 dimensions get 1.8e-4, 3,072 
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
 import numkong
 import numpy as np
 import numpy.typing as npt
@@ -31,6 +34,26 @@ SLACK = 1e-4
 PACK_BYTES = 12 << 20
 CHUNK = 2048  # rows coded at once: the float64 work arrays of a chunk (6 MB each), not of a whole index
 NAMES = ("codes", "scales", "bounds", "kept")  # the arrays of a copy, as an index image holds them
+
+
+Products = npt.NDArray[np.float64] | npt.NDArray[np.int32]
+
+
+@dataclass(slots=True)
+class Pass:
+    """One query's int8 pass over rows 0..n-1 begun (`Codes.begin`): the unit query, its codes, scale and left-out
+    length, the copy's `version` it was begun at, and `kernel`, the integer products' one call (which lets go of the
+    GIL and reads nothing a write changes in place: a helper thread may run it while the caller does other work).
+    `products`: what `kernel` gave, once run."""
+
+    query: npt.NDArray[np.float32]
+    query_codes: npt.NDArray[np.int8]
+    query_scale: np.float32  # numpy scalars, as the bounds' arithmetic has always used them (float64 is not weak)
+    query_left_out: np.float64
+    n: int
+    version: int
+    kernel: Callable[[], Products]
+    products: Products | None = None
 
 
 def slack(dimension: int) -> float:
@@ -79,6 +102,7 @@ class Codes:
         self._packed: numkong.PackedMatrix | None = None
         self._packed_rows = 0
         self._changed: set[int] = set()
+        self.version = 0  # moved by every change of the codes: a `Pass` begun before one is begun again
 
     @classmethod
     def empty(cls, capacity: int, dimension: int) -> Codes:
@@ -126,6 +150,7 @@ class Codes:
     def _written(self, rows: npt.NDArray[np.int64]) -> None:
         """Rows whose codes changed: the packed copy's own of them no longer count (past a sixteenth of it, the copy
         is let go and made again by the next pass)."""
+        self.version += 1
         if self._packed is None:
             return
         self._changed.update(rows[rows < self._packed_rows].tolist())
@@ -134,10 +159,19 @@ class Codes:
 
     def grow(self, capacity: int, n_rows: int) -> None:
         """Room for `capacity` rows, the first `n_rows` kept."""
+        self.version += 1
         grown = Codes.empty(capacity, self.codes.shape[1])
         for name in NAMES:
             getattr(grown, name)[:n_rows] = getattr(self, name)[:n_rows]
         self.codes, self.scales, self.bounds, self.kept = grown.codes, grown.scales, grown.bounds, grown.kept
+
+    def begin(self, query: npt.NDArray[np.float32], n: int) -> Pass:
+        """The int8 pass of the unit `query` over rows 0..n-1 made ready to run (the packed copy made first if due)."""
+        one = query[None, :]
+        (query_codes,), (query_scale,), kept = _scaled(one)  # `code`'s, without the kept length no bound uses
+        (query_left_out,) = _lengths(one.astype(np.float64) - kept)
+        kernel = self._kernel(query_codes, n)
+        return Pass(query, query_codes, query_scale, query_left_out, n, self.version, kernel)
 
     def candidates(
         self,
@@ -147,17 +181,19 @@ class Codes:
         limit: int,
         floor: float,
         near: float = 0.0,
+        begun: Pass | None = None,
     ) -> npt.NDArray[np.int64]:
         """The usable rows (of the first len(`usable`)) that may be among the `limit` most similar to the unit
         `query` at or above `floor`, or within `near` of the last of them: every row the full product would
-        return."""
+        return. `begun`: this query's pass begun over these rows (its products maybe taken already); one begun
+        before a change of the codes is begun again."""
         n = len(usable)
-        one = query[None, :]
-        (query_codes,), (query_scale,), kept = _scaled(one)  # `code`'s, without the kept length no bound uses
-        (query_left_out,) = _lengths(one.astype(np.float64) - kept)
-        dots = self._dots(query_codes, n)
-        approx = dots * (self.scales[:n] * query_scale)
-        error = self.kept[:n] * query_left_out
+        if begun is None or begun.version != self.version or begun.n != n:
+            begun = self.begin(query, n)
+        products = begun.products if begun.products is not None else begun.kernel()
+        dots = self._dots(begun.query_codes, n, products)
+        approx = dots * (self.scales[:n] * begun.query_scale)
+        error = self.kept[:n] * begun.query_left_out
         error += self.bounds[:n]
         cut = floor
         if n_usable > limit:
@@ -168,16 +204,26 @@ class Codes:
         approx += error
         return np.flatnonzero((approx >= cut) & usable)
 
-    def _dots(self, query_codes: npt.NDArray[np.int8], n: int) -> npt.NDArray[np.float64] | npt.NDArray[np.int32]:
-        """The integer products of `query_codes` with the codes of rows 0..n-1 (exact either way: at most
-        127 * 127 * dimension), from the packed copy where the codes are small enough to have one."""
+    def _kernel(self, query_codes: npt.NDArray[np.int8], n: int) -> Callable[[], Products]:
+        """The one call giving the integer products of `query_codes` with rows 0..n-1 (exact either way: at most
+        127 * 127 * dimension) but the rows written or added since the packed copy was made (`_dots` adds those):
+        over the packed copy where the codes are small enough to have one, else over the codes."""
         if n * self.codes.shape[1] > PACK_BYTES:
             self._packed, self._packed_rows, self._changed = None, 0, set()  # grown past it: no copy held or counted
-            return np.asarray(numkong.cdist(query_codes[None, :], self.codes[:n], metric="dot"))[0]  # type: ignore[no-any-return]
+            codes = self.codes[:n]  # a write after `grow` goes to new arrays; one in place moves `version`
+            return lambda: np.asarray(numkong.cdist(query_codes[None, :], codes, metric="dot"))[0]
         if self._packed is None or n - self._packed_rows > self._packed_rows // 16 or n < self._packed_rows:
             self._packed, self._packed_rows, self._changed = numkong.dots_pack(self.codes[:n]), n, set()
+        packed = self._packed
+        return lambda: np.asarray(numkong.dots_packed(query_codes[None, :], packed))[0]
+
+    def _dots(self, query_codes: npt.NDArray[np.int8], n: int, products: Products) -> Products:
+        """The integer products of `query_codes` with rows 0..n-1 from the kernel's `products` (taken since the last
+        change of the codes): the packed copy's, completed with the rows added or written since it was made."""
+        if n * self.codes.shape[1] > PACK_BYTES:
+            return products
         held = self._packed_rows
-        dots: npt.NDArray[np.int32] = np.asarray(numkong.dots_packed(query_codes[None, :], self._packed))[0]
+        dots = products
         if n > held:  # rows added since the copy was made
             tail = np.asarray(numkong.cdist(query_codes[None, :], self.codes[held:n], metric="dot"))[0]
             dots = np.concatenate([dots, tail.astype(np.int32)])

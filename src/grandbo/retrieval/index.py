@@ -22,7 +22,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LEXICAL_TIE_DIGITS, VECTOR_TIE_DIGITS, FeedSnapshot, IndexRow, LexicalHit, VectorHit
-from grandbo.retrieval.codes import NAMES, SLACK, slack
+from grandbo.retrieval.codes import NAMES, SLACK, Pass, slack
 from grandbo.retrieval.lexical import LexicalIndex
 from grandbo.retrieval.policy import NO_FLOOR, Floor
 from grandbo.retrieval.postings import LexicalImage
@@ -302,9 +302,14 @@ class OrgIndex:
         ]
         return _by_score_then_id(hits, scores, LEXICAL_TIE_DIGITS)[:limit]
 
-    def search_vector(self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float) -> list[VectorHit]:
+    def begin_vector(self, vector: npt.NDArray[np.float32]) -> Pass | None:
+        return self._vector.begin(vector)
+
+    def search_vector(
+        self, vector: npt.NDArray[np.float32], limit: int, min_similarity: float, begun: Pass | None = None
+    ) -> list[VectorHit]:
         entry_of = self._entry_of
-        rows, similarities = self._vector.top(vector, limit, min_similarity)
+        rows, similarities = self._vector.top(vector, limit, min_similarity, begun)
         hits = [VectorHit(entry_of[row], similarity) for row, similarity in zip(rows, similarities, strict=True)]
         return _by_score_then_id(hits, similarities, VECTOR_TIE_DIGITS)[:limit]
 

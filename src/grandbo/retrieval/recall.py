@@ -33,6 +33,7 @@ from grandbo.names import service_name
 from grandbo.ports import LexicalHit, VectorHit
 from grandbo.retrieval import rerank, verdict
 from grandbo.retrieval.arms import run_beside
+from grandbo.retrieval.codes import Pass
 from grandbo.retrieval.fusion import rrf
 from grandbo.retrieval.index import OrgIndex
 from grandbo.retrieval.policy import DEFAULT_POLICY, NO_FLOOR, RankingPolicy
@@ -165,12 +166,16 @@ class Recall:
         elif not self._search.arms_in_parallel(view):
             lexical = self._lexical_arm(view, topic, timings)
             vector = self._vector_arm(view, *query, timings, ahead)
-        else:
+        elif (begun := self._search.begin_vector(view, space_of(query[0]), query[1])) is None:
             lexical, vector = run_beside(
                 lambda: self._lexical_arm(view, topic, timings),
                 lambda: self._vector_arm(view, *query, timings),
                 view.active_count,
             )
+        else:  # the int8 pass's one kernel call (no GIL held) on a helper while this thread runs the lexical arm
+            begun.products, lexical = run_beside(begun.kernel, lambda: self._lexical_arm(view, topic, timings),
+                                                 view.active_count)  # fmt: skip
+            vector = self._vector_arm(view, *query, timings, begun=begun)
         # The verdict weighs the best cosine: none without the vector arm, with no vector to search yet, or
         # with too many memories still waiting for theirs (the match may be one of them).
         unjudged: Unjudged = None
@@ -338,10 +343,10 @@ class Recall:
 
     def _vector_arm(
         self, view: OrgIndex, provider: Provider, query: npt.NDArray[np.float32], timings: RecallTimings,
-        ahead: VectorAhead | None = None,
+        ahead: VectorAhead | None = None, begun: Pass | None = None,
     ) -> list[VectorHit]:  # fmt: skip
         mark = time.perf_counter()
-        hits = self._search.vector(view, space_of(provider), query, *self._vector_bounds(provider), ahead)
+        hits = self._search.vector(view, space_of(provider), query, *self._vector_bounds(provider), ahead, begun)
         timings.vector_ms = (time.perf_counter() - mark) * 1000
         return hits
 

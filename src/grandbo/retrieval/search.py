@@ -16,6 +16,7 @@ from grandbo.embeddings.base import Provider, embed_query, space_of
 from grandbo.model import EmbeddingSpace, Entry
 from grandbo.ports import LentSearch, LexicalHit, Matrix, VectorHit, VectorSearch
 from grandbo.retrieval.arms import helpers
+from grandbo.retrieval.codes import Pass
 from grandbo.retrieval.index import Backlog, OrgIndex
 from grandbo.retrieval.keeper import IndexKeeper
 from grandbo.retrieval.policy import NO_FLOOR, Floor
@@ -86,19 +87,28 @@ class OrgSearch:
         with view.lock:
             return view.search_lexical(terms, limit, floor)
 
+    def begin_vector(self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32]) -> Pass | None:
+        """The index's int8 pass of `query` made ready (`VectorIndex.begin`), for `vector` to finish; None where the
+        vector arm makes none (the store's search, another space, a small index)."""
+        if self._store_search(view) is not None or view.space != space:
+            return None
+        with view.vector_lock:
+            return view.begin_vector(query)
+
     def vector(
         self, view: OrgIndex, space: EmbeddingSpace, query: npt.NDArray[np.float32], limit: int, min_similarity: float,
-        ahead: VectorAhead | None = None,
+        ahead: VectorAhead | None = None, begun: Pass | None = None,
     ) -> list[VectorHit]:  # fmt: skip
         """The vector arm's hits: the store's where it searches the org's vectors (those of `ahead`, the same search
-        begun before the view, if given), else the index's."""
+        begun before the view, if given), else the index's (`begun`: its int8 pass of `query`, from `begin_vector`;
+        begun again if the codes changed since)."""
         if (native := self._store_search(view)) is not None:
             search = partial(native.vector_search, self._org, space, limit=limit, min_similarity=min_similarity)
             return ahead.hits(search) if ahead is not None else search(query)
         if view.space != space:
             return []
         with view.vector_lock:
-            return view.search_vector(query, limit, min_similarity)
+            return view.search_vector(query, limit, min_similarity, begun)
 
     def any_vector(self, view: OrgIndex, space: EmbeddingSpace) -> bool:
         """Whether `vector` had any vector of `space` to search: the index's count, or the store's probe."""

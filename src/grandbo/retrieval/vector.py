@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from grandbo.retrieval.codes import Codes
+from grandbo.retrieval.codes import Codes, Pass
 
 Vector = npt.NDArray[np.float32]
 
@@ -173,15 +173,25 @@ class VectorIndex:
         rows, similarities = self.top(query, limit, min_similarity)
         return [VectorMatch(row, similarity) for row, similarity in zip(rows, similarities, strict=True)]
 
-    def top(self, query: npt.ArrayLike, limit: int, min_similarity: float) -> tuple[list[int], list[float]]:
-        """What `search` finds, as its rows and their similarities (no object per match)."""
+    def begin(self, query: npt.ArrayLike) -> Pass | None:
+        """`query`'s int8 pass made ready, for its one kernel call to run anywhere before `top` (given it) needs
+        the products; None where a search makes no int8 pass."""
+        if self._codes is None or self._n_rows < PRUNE_FROM or self._n_usable == 0:
+            return None
+        return self._codes.begin(normalize(query), self._n_rows)
+
+    def top(
+        self, query: npt.ArrayLike, limit: int, min_similarity: float, begun: Pass | None = None
+    ) -> tuple[list[int], list[float]]:
+        """What `search` finds, as its rows and their similarities (no object per match); `begun`: the same
+        query's pass (`begin`)."""
         if self._n_usable == 0 or limit <= 0:
             return [], []
-        q = normalize(query)
+        q = begun.query if begun is not None else normalize(query)
         n = self._n_rows
         usable = self._usable[:n]
         if self._codes is not None and n >= PRUNE_FROM:
-            rows = self._codes.candidates(q, usable, self._n_usable, limit, min_similarity, NEAR_TIE)
+            rows = self._codes.candidates(q, usable, self._n_usable, limit, min_similarity, NEAR_TIE, begun)
             if len(rows) <= PRUNE_SHARE * n:
                 return _best(rows, self._matrix[rows] @ q, limit, min_similarity)
         scores = self._matrix[:n] @ q
