@@ -65,15 +65,9 @@ class Recall:
         self._unembeddable = unembeddable  # how many of the org's embed jobs are settled unembeddable
 
     def __call__(
-        self,
-        topic: str,
-        k: int,
-        arm: Arm | str,
-        services: Sequence[str] | None,
-        severity: str | Severity | None,
-        now: datetime | None,
-        shared: SharedRecalls | None = None,
-    ) -> RecallResult:
+        self, topic: str, k: int, arm: Arm | str, services: Sequence[str] | None, severity: str | Severity | None,
+        now: datetime | None, shared: SharedRecalls | None = None,
+    ) -> RecallResult:  # fmt: skip
         identifier = identifier_term(topic)
         if identifier is None and len(topic.split()) == 1:  # a catalog service name is an identifier too
             identifier = identifier_term(topic, self._facts(self._search.view().documents_seq).topology.names)
