@@ -21,6 +21,7 @@ from psycopg_pool import ConnectionPool
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import space_of
+from grandbo.errors import StoreUnavailableError
 from grandbo.retrieval.arms import helpers
 from grandbo.service import Grandbo
 from tests.conftest import reset_postgres
@@ -183,8 +184,9 @@ def test_a_statement_error_of_the_lent_search_is_the_recalls_and_a_lost_connecti
         assert held.wait(10)
         try:
             if then == "pg_cancel_backend":
-                with pytest.raises(psycopg.errors.QueryCanceled):
+                with pytest.raises(StoreUnavailableError) as ended:  # a 503 with its remedy, as a warm recall's
                     memory.recall(TOPIC, 5)
+                assert isinstance(ended.value.__cause__, psycopg.errors.QueryCanceled)
             else:
                 assert [(h.entry.id, h.composite) for h in memory.recall(TOPIC, 5).hits] == expected
         finally:
@@ -229,3 +231,69 @@ def test_a_search_still_queued_behind_other_helper_tasks_is_run_by_the_recall(sa
         release.set()
         for each in busy:
             each.result()
+
+
+def test_a_connection_on_a_descriptor_past_1024_is_checked_and_lent(saved, pg_server):
+    """A server holds thousands of client sockets (`api.connections.open_files` raises its limit), so its pooled
+    connections get descriptors past 1,024, where `select()` cannot look: each check raised ValueError, the pool
+    retried it until its timeout, and every org's reads failed. Checked by poll(), they are lent."""
+    import resource
+
+    from grandbo.store.postgres.reach import check
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"open files hard limit {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    filler = []
+    try:
+        while (fd := os.open(os.devnull, os.O_RDONLY)) < 1030:
+            filler.append(fd)
+        os.close(fd)
+        with psycopg.connect(saved.database_url, autocommit=True) as conn:
+            assert conn.fileno() >= 1024
+            check(conn)  # nothing said on it: lent without a statement
+            with psycopg.connect(pg_server.admin_url, autocommit=True) as admin:
+                admin.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+            time.sleep(0.2)  # the server's word reaches the socket
+            with pytest.raises(psycopg.OperationalError):  # seen, and the connection replaced
+                check(conn)
+    finally:
+        for fd in filler:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_provider_slow_to_embed_the_topic_holds_no_pooled_connection_nor_helper(pg_database, tmp_path):
+    """A first recall's topic is embedded on the recall's own thread, and the connection for its search is lent
+    once the vector is in: a hosted provider slow to answer held, before (review 29), one of the helpers every
+    recall of the process shares and a pooled connection, so on a pool of one another org's reads waited for the
+    provider. Here they are answered while the provider holds the topic."""
+    from tests.fakes import FakeEmbeddings
+
+    reset_postgres(pg_database)
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(home=tmp_path, database_url=pg_database, openai_base_url=fake.url,
+                            openai_model="fake-embed", openai_dimension=8, openai_api_key="test-key",
+                            vector_min_similarity=-1.0)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as grandbo:
+            grandbo._keeper.save_min = 1
+            grandbo.org("beta", create=True).remember({"title": "beta's own finding", "kind": "finding"})
+            memory = grandbo.org("acme", create=True)
+            memory.remember({"title": "auth-service sessions dropped", "kind": "finding"})
+            assert memory.recall(TOPIC, 5).hits  # its image saved, with its vectors
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {TOPIC}
+        with Grandbo.open(settings.model_copy(update={"pg_pool_size": 1})) as grandbo:
+            answered: list[int] = []
+            recalling = threading.Thread(target=lambda: answered.append(len(grandbo.org("acme").recall(TOPIC, 5).hits)))
+            recalling.start()
+            try:
+                deadline = time.monotonic() + 10
+                while not any(TOPIC in str(r["body"]) for r in fake.behaviour.requests) and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                assert any(TOPIC in str(r["body"]) for r in fake.behaviour.requests)  # the provider holds the topic
+                assert grandbo.org("beta").stats().total == 1  # the pool's one connection is free meanwhile
+            finally:
+                fake.behaviour.hold.set()
+                recalling.join()
+            assert answered == [1]

@@ -120,7 +120,35 @@ def test_with_a_recall_in_flight_per_core_the_arms_run_in_turn_on_the_callers_th
         for holder in holders:
             holder.join()
     arms.handoff.seconds, arms.handoff.count = {0: {True: 0.0, False: 1.0}}, {}  # at once measured the faster
-    assert arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0].startswith("grandbo-recall")
+    begun = threading.Event()
+
+    def beside() -> str:
+        begun.set()
+        return threading.current_thread().name
+
+    assert arms.run_beside(beside, lambda: begun.wait(10))[0].startswith("grandbo-recall")
+
+
+def test_a_beside_still_queued_behind_busy_helpers_when_here_ends_runs_on_the_callers_thread(monkeypatch):
+    """The helpers are shared by every recall of the process: a recall whose `beside` still waits behind other
+    recalls' tasks when its own arm is done runs it itself, rather than wait for them (review 29: one org's slow
+    helper task held every other org's recall at `job.result()`)."""
+    import os
+    import threading
+
+    from grandbo.retrieval import arms
+
+    monkeypatch.setattr(arms.handoff, "seconds", {0: {True: 0.0, False: 1.0}})  # at once measured the faster
+    monkeypatch.setattr(arms.handoff, "count", {})
+    release = threading.Event()
+    busy = [arms.helpers.submit(release.wait, 10) for _ in range(max(2, os.cpu_count() or 2))]
+    try:
+        where = arms.run_beside(lambda: threading.current_thread().name, lambda: None)[0]
+        assert where == threading.current_thread().name and not release.is_set()
+    finally:
+        release.set()
+        for each in busy:
+            each.result()
 
 
 def test_the_arms_run_the_way_recent_recalls_measured_faster_and_the_other_way_one_in_eight_in_runs():

@@ -173,7 +173,8 @@ def run_beside(beside: Callable[[], T], here: Callable[[], Any], size: int = 0) 
     With as many recalls in flight as cores, both run in turn in this thread: no core is free for a helper,
     and the helpers, shared by every request, would queue each recall's `beside` behind the others'. So they do
     while recent recalls over about as many rows (`size`) ran their arms faster in turn (`_Handoff`). If `here`
-    fails, `beside` is let finish and `here`'s error is raised."""
+    fails, `beside` is let finish (or not begun) and `here`'s error is raised; a `beside` still queued when `here`
+    ends runs in this thread."""
     one_blas_thread.ensure()
     try:
         if in_flight.enter() > in_flight.cores:
@@ -188,9 +189,11 @@ def run_beside(beside: Callable[[], T], here: Callable[[], Any], size: int = 0) 
             try:
                 mine = here()
             except BaseException:
-                job.exception()
+                if not job.cancel():
+                    job.exception()
                 raise
-            theirs = job.result()
+            # Still queued behind other recalls' helper tasks (a busy server): run here rather than wait for them.
+            theirs = beside() if job.cancel() else job.result()
         handoff.record(at_once, time.perf_counter() - started, size)
         return theirs, mine
     finally:

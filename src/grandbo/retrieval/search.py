@@ -67,9 +67,9 @@ class OrgSearch:
         return self._native is not None and self._keeper.lazy_vectors and not self._keeper.keeps(self._org)
 
     def ahead(self, provider: Provider, topic: str, limit: int, min_similarity: float) -> VectorAhead | None:
-        """`topic` embedded by `provider`, its vector searched by the store, begun on a helper thread before the org's
-        first view is made (`searches_ahead`), for `vector` to answer with: the embedding and pgvector's scan (~30 ms
-        at 2,000 entries on a busy machine) run while the caller reads the org's index image and facts. None where
+        """`topic` embedded by `provider` (on this thread), its vector searched by the store, begun on a helper thread
+        before the org's first view is made (`searches_ahead`), for `vector` to answer with: pgvector's scan (~30 ms
+        at 2,000 entries on a busy machine) runs while the caller reads the org's index image and facts. None where
         the store searches no vectors. In a transaction and on a pooled connection of its own, which set the org as
         every transaction does (row-level security); the hits are used only once the view confirmed the org's
         incarnation (`Incarnation`). That connection is taken here, by the caller (`VectorSearch.lend_search`), not by
@@ -77,7 +77,8 @@ class OrgSearch:
         so, helpers waiting for one would wait until the pool's timeout (30 s, then a 503)."""
         if self._native is None:
             return None
-        return VectorAhead(provider, topic, self._native.lend_search(self._org), limit, min_similarity)
+        native, org = self._native, self._org
+        return VectorAhead(provider, topic, lambda: native.lend_search(org), limit, min_similarity)
 
     def purged(self) -> None:
         """An entry of the org was purged (`IndexKeeper.purged`)."""
@@ -194,38 +195,44 @@ class OrgSearch:
 
 
 class VectorAhead:
-    """One first recall's topic embedded, then searched in the store, on a helper thread (`OrgSearch.ahead`), on the
-    connection lent for it: given back by the search, or by `close` (the recall did not use it, or failed). Asked for
-    while still queued behind other recalls' helper tasks (a busy server), it runs on the asking thread."""
+    """One first recall's topic embedded on the caller's thread, then searched in the store on a helper thread
+    (`OrgSearch.ahead`), on the connection lent for it once the vector is in: given back by the search, or by
+    `close` (the recall did not use it, or failed). The embedding stays on the caller: a provider slow to answer holds
+    neither one of the helpers every recall of the process shares nor a pooled connection (review 29). Asked for
+    while still queued behind other recalls' helper tasks (a busy server), the search runs on the asking thread."""
 
-    def __init__(self, provider: Provider, topic: str, lent: LentSearch, limit: int, min_similarity: float) -> None:
-        self.provider, self._topic, self._lent = provider, topic, lent
+    def __init__(
+        self, provider: Provider, topic: str, lend: Callable[[], LentSearch], limit: int, min_similarity: float
+    ) -> None:
+        self.provider = provider
         self._bounds = space_of(provider), limit, min_similarity
         self._vector: Future[Matrix] = Future()
         self._found: Future[list[VectorHit] | None] = Future()  # None: search again (the connection was lost)
-        self.embed_ms = self.waited_ms = 0.0  # the embedding's time, and how long the caller waited for it
-        self._job = helpers.submit(self._run)
-
-    def _run(self) -> None:
+        self._lent: LentSearch | None = None
+        self._job: Future[None] | None = None
+        mark = time.perf_counter()
         try:
-            mark = time.perf_counter()
-            vector = embed_query(self.provider, self._topic)
-            self.embed_ms = (time.perf_counter() - mark) * 1000
-        except BaseException as error:
-            self._lent.close()
+            self._vector.set_result(embed_query(provider, topic))
+        except Exception as error:  # met where the recall asks for the vector (`query`), as its own call meets it
             self._vector.set_exception(error)
             self._found.set_result(None)
             return
-        self._vector.set_result(vector)
+        finally:  # the embedding's time, which the recall's total leaves out
+            self.embed_ms = self.waited_ms = (time.perf_counter() - mark) * 1000
+        self._lent = lend()
+        self._job = helpers.submit(self._run)
+
+    def _run(self) -> None:
+        assert self._lent is not None  # lent before the task was submitted
         try:
             space, limit, min_similarity = self._bounds
-            self._found.set_result(self._lent.search(space, vector, limit, min_similarity))
+            self._found.set_result(self._lent.search(space, self._vector.result(), limit, min_similarity))
         except BaseException as error:
             self._found.set_exception(error)
 
     def _here(self) -> None:
-        """Run on this thread if still queued (once: a task begun or run is not cancelled again)."""
-        if not self._vector.done() and self._job.cancel():
+        """Search on this thread if still queued (once: a task begun or run is not cancelled again)."""
+        if self._job is not None and not self._found.done() and self._job.cancel():
             self._run()
 
     def query(self) -> Matrix:
@@ -246,5 +253,7 @@ class VectorAhead:
     def close(self) -> None:
         """Its connection given back if the search has not taken it (which then answers None), the task let go if
         still queued; again: nothing."""
-        self._job.cancel()
-        self._lent.close()
+        if self._job is not None:
+            self._job.cancel()
+        if self._lent is not None:
+            self._lent.close()

@@ -81,8 +81,9 @@ def check(conn: psycopg.Connection[Any]) -> None:
     an org's first recall)."""
     if conn.closed or conn.broken:
         raise psycopg.OperationalError("the connection is closed")
-    readable, _, _ = select.select([conn.fileno()], [], [], 0)
-    if readable:
+    said = select.poll()  # not select(): a server's descriptors pass 1,024 (`api.connections.open_files`)
+    said.register(conn.fileno(), select.POLLIN | select.POLLHUP)
+    if said.poll(0):
         ConnectionPool.check_connection(conn)
 
 

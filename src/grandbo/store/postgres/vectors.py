@@ -17,6 +17,7 @@ import numpy as np
 import numpy.typing as npt
 import psycopg
 
+from grandbo.errors import StoreUnavailableError
 from grandbo.model import CorpusStats, EmbeddingSpace
 from grandbo.ports import UNEMBEDDABLE, VECTOR_TIE_DIGITS, VectorHit
 from grandbo.store.postgres.connection import PostgresConnection
@@ -190,16 +191,21 @@ class _LentSearch:
     ) -> list[VectorHit] | None:
         """The hits, on the lent connection, given back; None where it was lost (broken: searched again on another,
         by `vector_search`, which retries) or given back already. An error of the statement itself on a connection
-        that still works (a cancel, a timeout) is raised: searched again, it would fail again."""
+        that still works (a cancel, a timeout) is raised as a 503 `store_unavailable`: searched again, it would fail
+        again."""
         if (conn := self._take()) is None:
             return None
         with self._lent:
             try:
                 return self._store._nearest(self._org, space, vector, limit, min_similarity, conn)
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as error:
                 if conn.broken or conn.closed:
                     return None
-                raise
+                said = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+                raise StoreUnavailableError(  # as a warm recall's search ends (`_retrying`): a 503, not a 500
+                    f"Postgres at {self._store.url} ended the recall's vector search ({said}). Retry shortly.",
+                    detail={"url": self._store.url},
+                ) from error
 
     def close(self) -> None:
         """The connection given back unsearched (the view searches in process, the recall failed), unless it was."""
