@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
-from grandbo.api import deps, payloads
+from grandbo.api import deps, payloads, routes_org
 from grandbo.mcp.schemas import answer_schemas
 
 BEARER = {
@@ -53,6 +53,7 @@ def document(app: FastAPI, routes: Sequence[APIRoute]) -> dict[str, Any]:
     spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
     spec.setdefault("components", {}).setdefault("schemas", {})["Error"] = ERROR
     spec["components"]["schemas"].update(payloads.schemas())  # the webhooks' bodies (read raw, declared here)
+    spec["components"]["schemas"]["CatalogPut"] = routes_org.CATALOG_SCHEMA  # read raw too (`put_catalog`)
     _tool_answers(spec)
     spec["components"]["securitySchemes"] = {"bearer": BEARER}
     scopes = {

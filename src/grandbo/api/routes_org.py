@@ -9,7 +9,7 @@ import json
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Path, Query, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, SkipValidation, TypeAdapter, ValidationError, WithJsonSchema
@@ -76,6 +76,8 @@ def _json_body(raw: bytes, content_type: str) -> Any:
     except json.JSONDecodeError as error:
         raise RequestValidationError([{"type": "json_invalid", "loc": ("body", error.pos), "msg": "JSON decode error",
                                        "input": {}, "ctx": {"error": error.msg}}]) from None  # fmt: skip
+    except Exception as error:  # not UTF-8 (charset=latin-1), nested past the parser's depth: FastAPI's 400
+        raise HTTPException(400, "There was an error parsing the body") from error
 
 
 class ServicePage(Page[Service]):
@@ -102,18 +104,30 @@ def catalog(memory: ReadMemory, asked: PageAsked) -> Response:
     return bounded_page(read, asked, LARGEST_SERVICE)
 
 
-# Its body declared by hand: read raw, it is parsed on the request's thread (`_put_catalog`), not the event loop.
-_CATALOG_SCHEMA = {
+# Its body declared by hand, as FastAPI declared `CatalogPut` (a test compares them): read raw, it is parsed on the
+# request's thread (`_put_catalog`), not the event loop. `api.openapi` adds it to the document's components.
+CATALOG_SCHEMA = {
     "title": "CatalogPut",
     "type": "object",
     "additionalProperties": False,
     "required": ["services"],
     "properties": {
-        "services": {"type": "array", "maxItems": 5000, "items": {"$ref": "#/components/schemas/Service"}},
-        "replace": {"type": "boolean", "default": False, "description": CatalogPut.model_fields["replace"].description},
+        "services": {
+            "type": "array",
+            "title": "Services",
+            "items": {"$ref": "#/components/schemas/Service"},
+            "maxItems": CatalogPut.model_fields["services"].metadata[0].max_length,
+        },
+        "replace": {
+            "type": "boolean",
+            "title": "Replace",
+            "default": False,
+            "description": CatalogPut.model_fields["replace"].description,
+        },
     },
 }
-_CATALOG_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": _CATALOG_SCHEMA}}}}
+_CATALOG_BODY = {"requestBody": {"required": True, "content": {"application/json": {"schema": {
+    "$ref": "#/components/schemas/CatalogPut"}}}}}  # fmt: skip
 
 
 @router.put("/catalog", response_model=list[Service], tags=["catalog"], openapi_extra=_CATALOG_BODY)
