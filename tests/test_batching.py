@@ -71,10 +71,13 @@ def test_a_query_asked_ahead_is_embedded_once_and_handed_to_the_embedding_in_its
     asked = batcher.ask(text)
     expected = DeterministicProvider().embed([text], "query")[0]
     assert np.allclose(asked.result(30), expected) and inner.calls == [1]
-    with batching.embedded(text, asked):
+    with batching.embedded(batcher, text, asked):
         assert np.allclose(batcher.embed([text], "query")[0], expected)
         assert inner.calls == [1]  # the vector asked for, not the model again
         batcher.embed(["another topic of the same recall thread"], "query")  # a text not asked ahead: embedded
+        other = Recording(Settings())
+        QueryBatcher(other, lanes=1).embed([text], "query")  # another batcher (provider, space): its own vector
+        assert other.calls == [1]
     assert inner.calls == [1, 1]
     batcher.embed([text], "query")  # outside the block: embedded again
     assert inner.calls == [1, 1, 1]
@@ -84,7 +87,7 @@ def test_the_error_of_a_query_asked_ahead_is_raised_where_it_is_embedded():
     failed: Future[object] = Future()
     failed.set_exception(EmbeddingError("the provider is down", detail={}))
     batcher = QueryBatcher(Recording(Settings()), lanes=1)
-    with batching.embedded("checkout latency spikes during deploys", failed), pytest.raises(EmbeddingError):
+    with batching.embedded(batcher, "checkout latency spikes during deploys", failed), pytest.raises(EmbeddingError):
         batcher.embed(["checkout latency spikes during deploys"], "query")
 
 

@@ -32,18 +32,19 @@ from grandbo.service import Grandbo
 async def recalled(grandbo: Grandbo, topic: str, arm: Arm, recall: Callable[[], RecallResult]) -> str:
     """The JSON of `recall()`, a recall of `topic` by `arm`, with its query embedded ahead (see the module)."""
     text = query_text(topic) if arm is not Arm.LEXICAL else None
-    ahead = _ask(grandbo, text) if text is not None else None
+    asked = _ask(grandbo, text) if text is not None else None
+    ahead = asked[1] if asked is not None else None
     waited_ms = 0.0
     if ahead is not None:
-        asked = time.perf_counter()
+        mark = time.perf_counter()
         # The provider's error is left to the recall, which meets it where it always did (and degrades); a request
         # cancelled meanwhile cancels `ahead` with it, and the batcher leaves its query out.
         with suppress(Exception):
             await asyncio.wrap_future(ahead)
-        waited_ms = (time.perf_counter() - asked) * 1000
+        waited_ms = (time.perf_counter() - mark) * 1000
 
     def run() -> str:
-        with embedded(text, ahead) if text is not None and ahead is not None else nullcontext():
+        with embedded(asked[0], text, asked[1]) if text is not None and asked is not None else nullcontext():
             result = recall()
         result.timings.embed_ms += waited_ms  # its query's embedding was waited for before (the recall's own: ~0)
         return result.model_dump_json()
@@ -51,7 +52,7 @@ async def recalled(grandbo: Grandbo, topic: str, arm: Arm, recall: Callable[[], 
     return await anyio.to_thread.run_sync(run)
 
 
-def _ask(grandbo: Grandbo, text: str) -> Future[Sequence[float]] | None:
+def _ask(grandbo: Grandbo, text: str) -> tuple[QueryBatcher, Future[Sequence[float]]] | None:
     """The query embedding of `text` asked of the process's query batcher; None without one, or while the provider
     is known not to answer (recall goes lexical at once then, asking nothing)."""
     if grandbo.health.error() is not None:
@@ -60,4 +61,4 @@ def _ask(grandbo: Grandbo, text: str) -> Future[Sequence[float]] | None:
         provider = grandbo.provider()
     except GrandboError:  # the recall raises or degrades on it as before
         return None
-    return provider.ask(text) if isinstance(provider, QueryBatcher) else None
+    return (provider, provider.ask(text)) if isinstance(provider, QueryBatcher) else None

@@ -28,7 +28,9 @@ from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
 
-_AHEAD: ContextVar[tuple[str, Future[Sequence[float]]] | None] = ContextVar("grandbo_query_ahead", default=None)
+_AHEAD: ContextVar[tuple[QueryBatcher, str, Future[Sequence[float]]] | None] = ContextVar(
+    "grandbo_query_ahead", default=None
+)
 
 
 class QueryBatcher:
@@ -72,7 +74,8 @@ class QueryBatcher:
         if purpose != "query" or len(texts) != 1:
             return self.inner.embed(texts, purpose)
         ahead = _AHEAD.get()
-        done = ahead[1] if ahead is not None and ahead[0] == texts[0] else self.ask(texts[0])
+        # asked of this batcher (its provider, its space), for this text: another's vector is never taken
+        done = ahead[2] if ahead is not None and ahead[0] is self and ahead[1] == texts[0] else self.ask(texts[0])
         return [done.result()]
 
     def ask(self, text: str) -> Future[Sequence[float]]:
@@ -137,10 +140,10 @@ class QueryBatcher:
 
 
 @contextmanager
-def embedded(text: str, done: Future[Sequence[float]]) -> Iterator[None]:
+def embedded(batcher: QueryBatcher, text: str, done: Future[Sequence[float]]) -> Iterator[None]:
     """Within the block, a `QueryBatcher`'s query embedding of `text` on this thread is `done`'s (asked ahead with
     `QueryBatcher.ask`): its vector, or its error as the provider raised it."""
-    token = _AHEAD.set((text, done))
+    token = _AHEAD.set((batcher, text, done))
     try:
         yield
     finally:
