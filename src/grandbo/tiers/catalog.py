@@ -165,7 +165,7 @@ class Catalog:
     def _refuse_dependencies(self, services: Sequence[Service], replace: bool) -> None:
         """Refuse a write that would leave the catalog more dependencies than it may hold (`DEPENDENCIES_A_SERVICE`
         a service of `most`), counted on the process's topology (its total kept: a write of one service counts one);
-        one that adds none never is. Two processes' writes at once may pass it by what they add, once."""
+        one that adds none never is. Across processes the tally holds it (`_grows`, at the version read)."""
         topology = self.topology()
         before, held = topology.dependencies, topology.services
         sent = sum(len(s.depends_on) for s in services)
