@@ -103,18 +103,25 @@ def test_the_helper_thread_logs_with_the_callers_bound_context(seeded, monkeypat
     import threading
 
     from grandbo.retrieval import arms, lexical
+    from grandbo.retrieval.search import OrgSearch
 
-    seen = []
-    search = lexical.LexicalIndex.top
+    seen, begun = [], threading.Event()
+    search, vector = lexical.LexicalIndex.top, OrgSearch.vector
 
     def logged(self, *args, **kwargs):  # the real search, observed: which thread, and what context?
         seen.append((threading.current_thread().name, structlog.contextvars.get_contextvars().get("request_id")))
+        begun.set()
         return search(self, *args, **kwargs)
+
+    def after_the_helper_began(self, *args, **kwargs):  # a beside still queued when this ends runs on the caller
+        begun.wait(10)
+        return vector(self, *args, **kwargs)
 
     for _ in range(2):  # on Postgres the vectors a first read leaves to pgvector are fetched after a second
         seeded.recall("Redis connection reset during key eviction spike", arm="hybrid")
     seeded._search._keeper.settle()
     monkeypatch.setattr(lexical.LexicalIndex, "top", logged)
+    monkeypatch.setattr(OrgSearch, "vector", after_the_helper_began)
     monkeypatch.setattr(arms.handoff, "seconds", {})  # nothing measured yet: at once first
     monkeypatch.setattr(arms.handoff, "count", {})
     with structlog.contextvars.bound_contextvars(request_id="req-7"):
