@@ -8,7 +8,8 @@ import os
 import re
 import secrets
 import sqlite3
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -185,6 +186,24 @@ def undo_migration(settings: Settings, version: int, *statements: str) -> Settin
             conn.execute(statement)
         conn.execute("DELETE FROM schema_migrations WHERE version = ?", (version,))
     return settings
+
+
+def reads_after_the_search(monkeypatch: pytest.MonkeyPatch, waits: Callable[[str], bool]) -> list[bool]:
+    """psycopg's statements on this thread that `waits` names wait (10 s at most) for the vector search's answer
+    (`<=>`, on any thread) before they are sent: the list, filled as they run, says whether it came for each (a
+    first recall's search begun before its reads)."""
+    answered, waited, execute, thread = threading.Event(), [], psycopg.Cursor.execute, threading.get_ident()
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() == thread and waits(str(query)):
+            waited.append(answered.wait(10))
+        cursor = execute(self, query, params, **kwargs)
+        if "<=>" in str(query):
+            answered.set()
+        return cursor
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    return waited
 
 
 def reset_postgres(url: str) -> None:

@@ -24,7 +24,7 @@ from grandbo.embeddings.base import space_of
 from grandbo.errors import StoreUnavailableError
 from grandbo.retrieval.arms import helpers
 from grandbo.service import Grandbo
-from tests.conftest import reset_postgres
+from tests.conftest import reads_after_the_search, reset_postgres
 
 TOPIC = "auth-service sessions dropped after the redis failover"
 pytestmark = pytest.mark.postgres
@@ -62,18 +62,7 @@ def test_the_vector_search_is_answered_before_the_image_is_read(saved, monkeypat
     reads the image. Here the image's read waits for that answer; before, the search began once the view was made,
     and the image's read waited in vain. The answer is the same as in process."""
     expected = _answer(saved)
-    answered, waited, execute = threading.Event(), [], psycopg.Cursor.execute
-    thread = threading.get_ident()
-
-    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == thread and "JOIN index_images" in str(query):
-            waited.append(answered.wait(10))
-        cursor = execute(self, query, params, **kwargs)
-        if "<=>" in str(query):
-            answered.set()
-        return cursor
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    waited = reads_after_the_search(monkeypatch, lambda sql: "JOIN index_images" in sql)
     with Grandbo.open(saved) as grandbo:
         loaded = grandbo.org("acme").recall(TOPIC, 5)
         assert grandbo._keeper.counts["loaded"] == 1

@@ -24,7 +24,7 @@ from grandbo.ports import Document, DocumentWrite
 from grandbo.service import Grandbo
 from grandbo.tiers.operations import SERVICES, Snapshots
 from grandbo.tiers.topology import Service
-from tests.conftest import reset_postgres
+from tests.conftest import reads_after_the_search, reset_postgres
 
 NOTE = "note"  # a collection recall's facts are not made of
 
@@ -178,18 +178,7 @@ def test_a_first_recall_searches_the_vectors_while_it_reads_the_orgs_facts(postg
     with Grandbo.open(postgres) as grandbo:
         grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
         built = grandbo.org("acme").recall(topic, 5)
-    answered, waited, execute = threading.Event(), [], psycopg.Cursor.execute
-    thread = threading.get_ident()
-
-    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
-        if threading.get_ident() == thread and _reads_documents([str(query)]):
-            waited.append(answered.wait(10))
-        cursor = execute(self, query, params, **kwargs)
-        if "<=>" in str(query):
-            answered.set()
-        return cursor
-
-    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+    waited = reads_after_the_search(monkeypatch, lambda sql: _reads_documents([sql]))
     with Grandbo.open(postgres) as grandbo:
         loaded = grandbo.org("acme").recall(topic, 5)
         assert grandbo._keeper.counts["loaded"] == 1
