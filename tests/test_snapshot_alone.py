@@ -48,3 +48,31 @@ def test_requests_arriving_at_once_make_the_orgs_catalog_once(settings):
         assert again[0].services["s0001"].depends_on == ["s0002"]
         served.org("other").catalog.topology()  # another org's made apart
         assert served._snapshots.made == 3
+
+
+def test_another_orgs_snapshot_is_made_while_one_orgs_is_being_made(settings, monkeypatch):
+    """The lock that makes an org's snapshot one at a time is the org's: while acme's is being made, another org's
+    request makes its own (review 29: shown, not only counted)."""
+    with Grandbo.init(settings, embedding="deterministic") as writer:
+        writer.org("acme", create=True).catalog.put([Service(name="a", depends_on=["b"])])
+        writer.org("other", create=True).catalog.put([Service(name="o", depends_on=["p"])])
+    with Grandbo.open(settings) as served:
+        inside, held, other = threading.Event(), threading.Event(), threading.Event()
+        made = served._snapshots._made
+
+        def held_for_acme(org, *args):  # type: ignore[no-untyped-def]  # the real making, acme's held meanwhile
+            if org == "acme":
+                inside.set()
+                held.wait(30)
+            return made(org, *args)
+
+        monkeypatch.setattr(served._snapshots, "_made", held_for_acme)
+        acme = threading.Thread(target=lambda: served.org("acme").catalog.topology())
+        acme.start()
+        try:
+            assert inside.wait(10)
+            threading.Thread(target=lambda: (served.org("other").catalog.topology(), other.set())).start()
+            assert other.wait(10) and acme.is_alive()  # made while acme's was held
+        finally:
+            held.set()
+            acme.join()
