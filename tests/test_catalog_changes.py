@@ -73,6 +73,8 @@ def test_another_process_takes_a_change_as_a_change(grandbo, settings):
     grandbo.org("acme", create=True).catalog.put(_catalog(random.Random(2)))
     served = grandbo.org("acme")
     assert len(served.catalog.topology().services) == SIZE
+    with Grandbo.open(settings) as fresh:  # a process's first read of the org makes its graph whole
+        assert fresh.org("acme").catalog.topology().built == SIZE
     with Grandbo.open(settings) as cli:
         cli.org("acme").catalog.import_text("services:\n  - {name: s0003, depends_on: [s0004], aliases: [Pay API]}\n")
     after = served.catalog.topology()
