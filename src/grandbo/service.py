@@ -243,6 +243,10 @@ class Grandbo:
                 self._provider = store_provider(self.space, self.settings, batch_queries=self.batch_queries)
             return self._provider
 
+    def provider_made(self) -> Provider | None:
+        """The provider if it is made already, else None: nothing built, no lock waited for (an event loop's ask)."""
+        return self._provider
+
     def worker(self) -> EmbedWorker:
         with self._lock:
             if self._worker is None:

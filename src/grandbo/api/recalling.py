@@ -23,7 +23,6 @@ from contextlib import nullcontext, suppress
 import anyio
 
 from grandbo.embeddings.batching import QueryBatcher, embedded
-from grandbo.errors import GrandboError
 from grandbo.model import Arm, RecallResult
 from grandbo.retrieval.text import query_text
 from grandbo.service import Grandbo
@@ -53,12 +52,10 @@ async def recalled(grandbo: Grandbo, topic: str, arm: Arm, recall: Callable[[], 
 
 
 def _ask(grandbo: Grandbo, text: str) -> tuple[QueryBatcher, Future[Sequence[float]]] | None:
-    """The query embedding of `text` asked of the process's query batcher; None without one, or while the provider
-    is known not to answer (recall goes lexical at once then, asking nothing)."""
+    """The query embedding of `text` asked of the process's query batcher; None without one, while the provider is
+    known not to answer (recall goes lexical at once then, asking nothing), or before it is made: making it (the
+    model loaded, its lock held) is the recall's, on its thread, never the event loop's (`grandbo serve` warms it)."""
     if grandbo.health.error() is not None:
         return None
-    try:
-        provider = grandbo.provider()
-    except GrandboError:  # the recall raises or degrades on it as before
-        return None
+    provider = grandbo.provider_made()
     return (provider, provider.ask(text)) if isinstance(provider, QueryBatcher) else None
