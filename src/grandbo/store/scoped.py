@@ -282,6 +282,11 @@ class ScopedWork:
         return self._store.org_work_counts(self._org, max_attempts)
 
 
+# Uses confirmed by a read that comes after them: a first recall's connection lent for the search it begins before its
+# view (`OrgSearch.ahead`), whose hits are taken only once the view's watermarks confirmed the org (`Incarnation.seen`).
+_CONFIRMED_AFTER = frozenset({"lend_search"})
+
+
 class _Confirming:
     """A store whose every use first confirms a handle's incarnation (`Incarnation.confirm`: a read, once). A use is
     a call: a method taken (`partial(store.erasures, ...)`) or an attribute read while a handle is built reads
@@ -292,7 +297,7 @@ class _Confirming:
 
     def __getattr__(self, name: str) -> Any:
         found = getattr(self._store, name)
-        if not callable(found) or self._incarnation.confirmed:  # confirmed once: the store's own method from then on
+        if not callable(found) or self._incarnation.confirmed or name in _CONFIRMED_AFTER:  # once: the store's own
             return found
         confirm = self._incarnation.confirm
 
