@@ -28,15 +28,23 @@ def keys(grandbo):
 
 @pytest.fixture
 def parsed(monkeypatch):
-    """The size of each body a route parsed (FastAPI's `Request.json`)."""
+    """The size of each body a route parsed (FastAPI's `Request.json`; the catalog's own, read raw and parsed on
+    the request's thread: `routes_org._json_body`)."""
+    from grandbo.api import routes_org
+
     sizes: list[int] = []
-    read = Request.json
+    read, parse = Request.json, routes_org._json_body
 
     async def json_of(self):  # type: ignore[no-untyped-def]
         sizes.append(len(await self.body()))
         return await read(self)
 
+    def parsed_raw(raw, content_type):  # type: ignore[no-untyped-def]
+        sizes.append(len(raw))
+        return parse(raw, content_type)
+
     monkeypatch.setattr(Request, "json", json_of)
+    monkeypatch.setattr(routes_org, "_json_body", parsed_raw)
     return sizes
 
 
