@@ -27,7 +27,8 @@ def _catalog(rng: random.Random) -> dict[str, Service]:
 
 
 def _change(rng: random.Random, services: dict[str, Service]) -> tuple[list[Service], list[str]]:
-    """Some services written (new ones, changed dependencies, the same again) and some dropped."""
+    """Some services written (new ones, changed dependencies, the same again) and some dropped, both applied to
+    `services` (the catalog a topology made whole is made of)."""
     names = sorted({*services, *(f"p{rng.randrange(PARTS)}s{n}" for n in range(PART))})
     written = []
     for name in rng.sample(names, rng.randint(0, 2)):
@@ -35,7 +36,11 @@ def _change(rng: random.Random, services: dict[str, Service]) -> tuple[list[Serv
         depends = rng.sample(part, min(len(part), rng.randint(0, 3)))
         written.append(Service(name=name, depends_on=sorted(depends), aliases=[f"alias {name}"]))
     gone = rng.sample(sorted(services), rng.randint(0, 1)) if rng.random() < 0.5 else []
-    return written, [name for name in gone if name not in {s.name for s in written}]
+    gone = [name for name in gone if name not in {s.name for s in written}]
+    services.update((s.name, s) for s in written)
+    for name in gone:
+        services.pop(name)
+    return written, gone
 
 
 def _answers(topology: Topology, asked: list[str], rng: random.Random) -> dict[str, object]:
@@ -64,9 +69,6 @@ def test_the_walks_kept_across_changes_answer_as_a_topology_made_whole(seed):
         asked = _asked(rng)
         _answers(topology, asked, random.Random(seed))
         written, gone = _change(rng, services)
-        services.update((s.name, s) for s in written)
-        for name in gone:
-            services.pop(name)
         topology = topology.changed(written, gone)
         whole = Topology(services.values())
         probe = seed * 7 + len(services)
@@ -85,9 +87,6 @@ def test_walks_cut_short_and_kept_answer_as_those_made_again(seed, monkeypatch):
         asked = _asked(rng)
         _answers(kept, asked, random.Random(seed))
         written, gone = _change(rng, services)
-        services.update((s.name, s) for s in written)
-        for name in gone:
-            services.pop(name)
         kept, fresh = kept.changed(written, gone), fresh.changed(written, gone)  # fresh: no walk ever kept
         probe = seed * 7 + len(services)
         assert _answers(kept, asked, random.Random(probe)) == _answers(fresh, asked, random.Random(probe))
