@@ -128,8 +128,10 @@ class Verdict:
                 f"uncalibrated: no verdict calibration for {self.space}, so no seen-before verdict; "
                 "calibrate on labelled queries with `grandbo calibrate DIR`"
             )
-        if self.seen_before or self.probability is None:
-            return None if self.seen_before else "no similar past incident"
+        if self.seen_before:
+            return None
+        if self.probability is None:
+            return "no similar past incident"
         return (
             f"no similar past incident: the calibrated probability {self.probability:.2f} is below "
             f"{self.calibration.threshold:.2f}; the hits are the nearest memories, not known recurrences"
