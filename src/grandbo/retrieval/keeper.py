@@ -178,12 +178,16 @@ class IndexKeeper(ReadAhead):
         self._saver.shutdown(wait=True)
 
     def settle(self) -> None:
-        """Wait for the saves owed after a purge, the vector fetches queued now and their saves (tests, benchmarks)."""
+        """Wait for the saves owed after a purge, the vector fetches and read-aheads queued now and their saves (tests,
+        benchmarks)."""
         self._owed()
         self._saver.submit(lambda: None).result()  # a save owed may queue a fetch
         with self._lock:
             queued = list(self._fetching.values())
+            closed = self._fetches_closed
         wait(queued)
+        if not closed:  # one thread in order: a read-ahead queued behind the fetches (`_precache_if_owed`) is done too
+            self._fetcher.submit(lambda: None).result()
         self._saver.submit(lambda: None).result()
 
     def _owed(self) -> None:
