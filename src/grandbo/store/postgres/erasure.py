@@ -10,6 +10,7 @@ that documents hold (a received alert's recall and plan) are rewritten in the sa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,8 +27,7 @@ from grandbo.store.postgres.dialect import ERASING, jsonb, params
 from grandbo.store.postgres.documents import SQL
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_WIDTH, row_to_db
 from grandbo.store.sql import storage
-from grandbo.store.sql.dialect import chunks
-from grandbo.store.sql.erasing import PURGE_BATCH, copies_erased, erase_copies
+from grandbo.store.sql.erasing import PURGE_BATCH, erase_copies, purge_batches
 
 log = structlog.get_logger(__name__)
 
@@ -65,12 +65,11 @@ class ErasureMixin(PostgresConnection):
     def purge_many(
         self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str, incarnation: Incarnation | None = None
     ) -> list[str]:
-        """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
-        in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
+        """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each:
+        `purge_batches`), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
         try:
-            for batch in chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH):
-                copies = self._found(org_id, copies_erased(batch), mentioning=batch)
+            for batch, copies in purge_batches(functools.partial(self._found, org_id), entry_ids, PURGE_BATCH):
                 with self._writing(org_id) as conn:
                     language = self._require_org(conn, org_id, incarnation)
                     conn.execute(ERASING, (org_id,))

@@ -4,6 +4,7 @@ accept it (`erasing`)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import sqlite3
 import time
@@ -24,13 +25,13 @@ from grandbo.store.sql import storage
 from grandbo.store.sql.erasing import (
     PURGE_BATCH,
     DocumentRewrite,
-    copies_erased,
     counted,
     erase_copies,
+    purge_batches,
     record_erasure,
 )
 from grandbo.store.sqlite.connection import WRITE_POLL_S, Connection
-from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, chunks, json_text
+from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, LAST_SEQ, WRITE_ROW, row_to_db, rows
 from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser
@@ -74,13 +75,13 @@ class Erasure(Connection):
     def purge_many(
         self, org_id: str, entry_ids: Sequence[str], reason: str, actor: str, incarnation: Incarnation | None = None
     ) -> list[str]:
-        """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each,
-        in one read), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
+        """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each:
+        `purge_batches`), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
-        batches = list(chunks(list(dict.fromkeys(entry_ids)), PURGE_BATCH))
+        batches = -(-len(dict.fromkeys(entry_ids)) // PURGE_BATCH)  # how many
         try:
-            for number, batch in enumerate(batches, 1):
-                copies = self._found(org_id, copies_erased(batch), mentioning=batch)
+            found = functools.partial(self._found, org_id)
+            for number, (batch, copies) in enumerate(purge_batches(found, entry_ids, PURGE_BATCH), 1):
                 with self._write(org_id) as db, erasing(db, org_id, f"purge of {len(batch)} entries"):
                     held_since, language = time.monotonic(), self._require_org(db, org_id, incarnation)
                     purged: list[str] = []
@@ -90,7 +91,7 @@ class Erasure(Connection):
                             purged, logged = [*purged, entry_id], logged + now[1]
                     erase_copies(db, SQL, json_text, copies, org_id, batch, reason, actor, logged=logged)
                 done += [entry_id for entry_id in batch if entry_id in purged]
-                if number < len(batches):  # every other writer's turn before the next batch
+                if number < batches:  # every other writer's turn before the next batch
                     time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))
         finally:  # once, for every batch committed (an error in a later one too)
             if done:
