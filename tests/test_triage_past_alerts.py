@@ -284,8 +284,8 @@ def test_a_long_running_process_keeps_the_alerts_on_a_background_thread_after_a_
     assert memory.triage(this, narrate=False).similar_alerts == 1
     done = threading.Event()
     for _ in range(3000):  # 30 s at most: a bound, never a measured time
-        if background._snapshots.holds("acme", ALERTS, seen):
+        if background._snapshots.keeps("acme", ALERTS, seen):
             break
         done.wait(0.01)
     assert len(background._snapshots.kept("acme", memory._documents, ALERTS, seen)) == 2
-    assert background._snapshots.holds("acme", ALERTS, seen)
+    assert background._snapshots.keeps("acme", ALERTS, seen)

@@ -101,7 +101,7 @@ class OrgMemory:
         self._recall = Recall(org, search, policy, provider, lambda version: snapshots.get(org, documents, version),
                               entries.unembeddable)  # fmt: skip
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
-        self._kept, self._holds = partial(snapshots.kept, org, documents), partial(snapshots.holds, org)
+        self._kept, self._keeps = partial(snapshots.kept, org, documents), partial(snapshots.keeps, org)
         self._due, self._due_again = partial(snapshots.due, org), partial(snapshots.due_again, org)
 
     @cached_property
@@ -201,7 +201,7 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._process_settings, self._snapshot, self._kept, self._pools, self._llm, self._holds,
+        return Triage(self, self._process_settings, self._snapshot, self._kept, self._pools, self._llm, self._keeps,
                       self._due)  # fmt: skip
 
     @cached_property

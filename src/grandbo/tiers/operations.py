@@ -309,9 +309,9 @@ class Snapshots:
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
         return self._kept_read(org, documents, collection, convert, most, keys)()
 
-    def holds(self, org: str, collection: str, convert: Callable[[Document], Any]) -> bool:
+    def keeps(self, org: str, collection: str, convert: Callable[[Document], Any]) -> bool:
         """Whether the org's `collection` is kept converted by `convert` (or known over its bound): its next `kept`
-        reads at most what was written since, never the whole collection."""
+        reads what was written since (the whole again only after an erasure, or in a new epoch of the org)."""
         with self._lock:
             held = self._kept.get((org, collection))
         return held is not None and held.convert == convert

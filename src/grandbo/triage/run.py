@@ -88,7 +88,7 @@ class Triage:
         kept: Kept,
         pools: Background,
         llm: Callable[[], LLMClient | None],
-        holds: Callable[[str, Callable[[Document], Any]], bool],
+        keeps: Callable[[str, Callable[[Document], Any]], bool],
         due: Callable[[str, float], bool],
     ) -> None:
         self._memory = memory
@@ -96,7 +96,7 @@ class Triage:
         self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when one of them changed
         self._kept = kept  # the org's received alerts, each read once per process (`Snapshots.kept`)
         self._pools, self._llm = pools, llm
-        self._holds = holds  # whether the process keeps a collection of the org's (`Snapshots.holds`)
+        self._keeps = keeps  # whether the process keeps a collection of the org's (`Snapshots.keeps`)
         self._due = due  # whether the org's upkeep `task` is due in this process (`Snapshots.due`)
 
     @property
@@ -289,7 +289,7 @@ class Triage:
         as every triage did once its alerts were let go for other orgs' (probe 29)."""
         # A `now` after the present (a caller's, never the API's) reads the kept alerts: the store path reads by write
         # time, and such a triage's window may begin after the alerts it counts were written.
-        if self._holds(ALERTS, evidence.seen) or now > utcnow():
+        if self._keeps(ALERTS, evidence.seen) or now > utcnow():
             seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
             if seen is not None:
                 return seen
