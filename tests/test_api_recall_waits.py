@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 import pytest
@@ -54,13 +56,43 @@ def held(tmp_path) -> Iterator[Held]:
             yield Held(fake, served, key)
 
 
-def test_recalls_waiting_for_their_embedding_leave_the_threads_to_other_requests(held):
+def _recall(client: httpx.Client, topic: str) -> dict[str, Any]:
+    answer = client.post("/v1/recall", json={"topic": topic})
+    assert answer.status_code == 200, answer.text
+    return {"notes": answer.json()["notes"], "hits": len(answer.json()["hits"])}
+
+
+def _context(client: httpx.Client, topic: str) -> dict[str, Any]:
+    answer = client.get("/v1/context", params={"topic": topic})
+    assert answer.status_code == 200, answer.text
+    return {"notes": [], "hits": answer.json()["recall"].count("Redis evictions")}
+
+
+def _mcp(tool: str) -> Callable[[httpx.Client, str], dict[str, Any]]:
+    def call(client: httpx.Client, topic: str) -> dict[str, Any]:
+        message = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": {
+            "topic": topic, **({"detail": "full"} if tool == "query_org_memory" else {})}}}  # fmt: skip
+        answer = client.post("/mcp", json=message, headers={"Accept": "application/json, text/event-stream"})
+        assert answer.status_code == 200 and not answer.json()["result"]["isError"], answer.text
+        said = answer.json()["result"]["structuredContent"]
+        return {"notes": said.get("notes", []), "hits": json.dumps(said).count("Redis evictions")}
+
+    return call
+
+
+@pytest.mark.parametrize(
+    "asked", [_recall, _context, _mcp("query_org_memory"), _mcp("get_context_block")],
+    ids=["recall", "context", "mcp-query", "mcp-context"],
+)  # fmt: skip
+def test_recalls_waiting_for_their_embedding_leave_the_threads_to_other_requests(held, asked):
+    """`POST /v1/recall` since session 29; `GET /v1/context` with a topic and MCP's two tools that recall held a
+    thread each until their query was embedded (review 29)."""
     fake = held.fake.behaviour
     fake.hold, fake.hold_for = threading.Event(), {HELD}
     topics = [f"redis keys evicted on auth-service {HELD} {n} under memory pressure" for n in range(THREADS)]
     with held.served.client(held.key) as client, ThreadPoolExecutor(THREADS) as clients:
         try:
-            recalls = [clients.submit(client.post, "/v1/recall", json={"topic": topic}) for topic in topics]
+            recalls = [clients.submit(asked, client, topic) for topic in topics]
             until(lambda: held.waiting() == THREADS, "every recall's query waits at the provider or in the batcher")
             try:  # each recall held a worker thread while it waited: this request got none until they ended
                 stats = client.get("/v1/stats", timeout=30)
@@ -70,9 +102,8 @@ def test_recalls_waiting_for_their_embedding_leave_the_threads_to_other_requests
         finally:
             fake.hold.set()
         answers = [recall.result(60) for recall in recalls]
-    assert all(answer.status_code == 200 for answer in answers)
-    assert all(not any("vector arm skipped" in note for note in answer.json()["notes"]) for answer in answers)
-    assert all(answer.json()["hits"] for answer in answers)
+    assert all(not any("vector arm skipped" in note for note in answer["notes"]) for answer in answers)
+    assert all(answer["hits"] for answer in answers)
 
 
 def test_a_recall_whose_embedding_fails_is_answered_lexically_and_the_server_says_it_is_degraded(held):

@@ -10,6 +10,7 @@ import threading
 from collections import Counter
 from types import SimpleNamespace
 
+import psycopg
 import pytest
 
 from grandbo.errors import ServiceLimitError, StorageLimitError
@@ -201,3 +202,47 @@ def test_writes_in_two_processes_at_once_never_pass_the_dependencies_a_catalog_m
                 assert process.org("acme").catalog.topology().dependencies <= most
             assert (len(written), len(refused)) == (1, CAP - 1)
             first.org("acme").catalog.put(base)  # back to 16: a write that takes dependencies away always passes
+
+
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_write_that_lowers_a_service_counts_with_the_tally_so_a_write_counted_before_it_counts_again(settings):
+    """One process's write takes s0's dependencies to s1 (the same count: it added none, so it left the tally); the
+    other's, counted before it, raised s0 from the 4 it counted, and put back the 4 the first took: 24 of a most of
+    20 (review 29). Now the first writes the tally, and the second, stale, counts again and is refused. Postgres: the
+    second's write is held before its transaction takes the org's writer lock until the first's committed."""
+    limited = settings.model_copy(update={"services_per_org": CAP})  # 20 dependencies at most
+    base = [Service(name=f"s{n}", depends_on=[f"d{n}{at}" for at in range(4)]) for n in range(CAP)]  # 16
+    at_lock, go, execute = threading.Event(), threading.Event(), psycopg.Cursor.execute
+    raising: list[int] = []
+
+    def held(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if threading.get_ident() in raising and "FOR NO KEY UPDATE" in str(query) and not go.is_set():
+            at_lock.set()  # counted, its transaction not yet at the org's writer lock
+            go.wait(30)
+        return execute(self, query, params, **kwargs)
+
+    with Grandbo.init(limited, embedding="deterministic") as first, Grandbo.open(limited) as second:
+        first.org("acme", create=True).catalog.put(base)
+        second.org("acme").catalog.topology()  # its process's copy, read before the other's write
+        refused: list[ServiceLimitError] = []
+
+        def raise_s0() -> None:
+            raising.append(threading.get_ident())
+            try:
+                second.org("acme").catalog.put([Service(name="s0", depends_on=[f"r{at}" for at in range(8)])])
+            except ServiceLimitError as error:
+                refused.append(error)
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(psycopg.Cursor, "execute", held)
+            raiser = threading.Thread(target=raise_s0)
+            raiser.start()
+            try:
+                assert at_lock.wait(30)
+                first.org("acme").catalog.put([Service(name="s0"), Service(name="s1", depends_on=[
+                    *base[1].depends_on, *base[0].depends_on])])  # fmt: skip
+            finally:
+                go.set()
+                raiser.join()
+        total = first.org("acme").catalog.topology().dependencies
+    assert total <= CAP * DEPENDENCIES_A_SERVICE and len(refused) == 1, total

@@ -1,5 +1,5 @@
 """Overlapping reads of an organization's corpus counts run once at a time, and each caller is answered by a read
-that began after it called (`store.flights`): four `GET /v1/stats` of one org at once asked the database for four
+that began after it called (`grandbo.flights`): four `GET /v1/stats` of one org at once asked the database for four
 joins of its every entry with its vector, while every other org's requests waited for the cores (probe 29)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 import psycopg
 import pytest
 
-from grandbo.store.flights import NextFlight
+from grandbo.flights import NextFlight
 from grandbo.store.scoped import _COUNTS
 from tests.conftest import owner_url
 
@@ -60,17 +60,53 @@ def test_an_error_of_a_shared_run_reaches_each_of_its_callers_and_the_next_run_r
             return 1
         raise RuntimeError("the database went away")
 
+    with ThreadPoolExecutor(4) as pool:
+        first = pool.submit(flights.run, "acme", read)
+        _until(lambda: began)
+        later = [pool.submit(flights.run, "acme", read) for _ in range(3)]
+        _until(lambda: flights.waiting("acme") == 3)
+        release.set()
+        assert first.result(BOUND_S) == 1
+        raised = []
+        for future in later:
+            with pytest.raises(RuntimeError, match="went away") as caught:
+                future.result(BOUND_S)
+            raised.append(caught.value)
+    assert len(began) == 2 and flights.run("acme", lambda: 3) == 3
+    # The run's caller raises its error; each other one a copy of its own, from it: one object raised in several
+    # threads gathered every thread's traceback in its one `__traceback__` (review 29 L12).
+    (run,) = [e for e in raised if e.__cause__ is None]
+    assert len({id(e) for e in raised}) == 3 and all(e.__cause__ is run for e in raised if e is not run)
+
+
+def test_an_error_of_another_signature_reaches_each_caller_as_its_own_copy():
+    """An exception whose `__init__` takes other arguments than its `args` (a keyword of its own) is copied too."""
+
+    class Busy(Exception):
+        def __init__(self, message: str, *, retry_after: int) -> None:
+            super().__init__(message)
+            self.retry_after = retry_after
+
+    flights: NextFlight[int] = NextFlight()
+    release, began = threading.Event(), []
+
+    def read() -> int:
+        began.append(1)
+        if len(began) == 1:
+            release.wait(BOUND_S)
+            return 1
+        raise Busy("the org is busy", retry_after=3)
+
     with ThreadPoolExecutor(3) as pool:
         first = pool.submit(flights.run, "acme", read)
         _until(lambda: began)
         later = [pool.submit(flights.run, "acme", read) for _ in range(2)]
         _until(lambda: flights.waiting("acme") == 2)
         release.set()
-        assert first.result(BOUND_S) == 1
-        for future in later:
-            with pytest.raises(RuntimeError, match="went away"):
-                future.result(BOUND_S)
-    assert len(began) == 2 and flights.run("acme", lambda: 3) == 3
+        first.result(BOUND_S)
+        raised = [future.exception(BOUND_S) for future in later]
+    assert all(type(e) is Busy and str(e) == "the org is busy" and e.retry_after == 3 for e in raised)  # type: ignore[union-attr]
+    assert raised[0] is not raised[1]
 
 
 @pytest.mark.parametrize("backend", ["postgres"])

@@ -30,10 +30,24 @@ def test_a_received_alert_leaves_the_facts_as_they_were_and_a_catalog_change_doe
     before = grandbo._snapshots.get("acme", memory._documents)
     memory.alerts.receive([alert_from(ALERT)])
     after_alert = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
-    assert after_alert.version > before.version and after_alert.topology is before.topology  # not read again
+    assert after_alert is before  # its facts as they were: the same snapshot, nothing read again
     memory.catalog.put([Service(name="redis-sessions")], actor="test")
     after_catalog = grandbo._snapshots.get("acme", grandbo.org("acme")._documents)
     assert after_catalog.topology is not before.topology and "redis-sessions" in after_catalog.topology.names
+
+
+def test_a_snapshot_asked_for_at_an_older_version_of_the_same_facts_leaves_the_newest_kept(grandbo):
+    """A recall asks at its view's version, which may be older than the one a catalog read just asked at: the
+    snapshot made for the newer one holds it (the facts are the same), and stays kept. It was made again for the older
+    version, which the next request at the newer one made again in turn (review 29 M9)."""
+    memory = grandbo.org("acme", create=True)
+    memory.catalog.put([Service(name="auth-service")], actor="test")
+    older = memory._documents.version()
+    memory.alerts.receive([alert_from(ALERT)])  # a write of no fact: a newer version, the same facts
+    newest = grandbo._snapshots.get("acme", memory._documents)
+    assert grandbo._snapshots.get("acme", memory._documents, older) is newest
+    assert grandbo._snapshots.get("acme", grandbo.org("acme")._documents) is newest
+    assert grandbo._snapshots.get("acme", memory._documents, older) is newest
 
 
 def test_received_alerts_are_kept_across_handles_and_brought_up_to_date(grandbo):

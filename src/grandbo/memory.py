@@ -98,11 +98,10 @@ class OrgMemory:
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified, self._incarnation = pools, llm, verified, incarnation
         self.unerased = unerased  # work that copies the org's text into other records runs in it (`grandbo.unerased`)
-        self._recall = Recall(
-            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.unembeddable
-        )
+        self._recall = Recall(org, search, policy, provider, lambda version: snapshots.get(org, documents, version),
+                              entries.unembeddable)  # fmt: skip
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
-        self._kept = partial(snapshots.kept, org, documents)
+        self._kept, self._keeps = partial(snapshots.kept, org, documents), partial(snapshots.keeps, org)
         self._due, self._due_again = partial(snapshots.due, org), partial(snapshots.due_again, org)
 
     @cached_property
@@ -202,7 +201,8 @@ class OrgMemory:
     @cached_property
     def triage(self) -> Triage:
         """`triage(alert)`: a ranked, cited action plan, narrated by the configured LLM if any (`grandbo.triage`)."""
-        return Triage(self, self._process_settings, self._snapshot, self._kept, self._pools, self._llm)
+        return Triage(self, self._process_settings, self._snapshot, self._kept, self._pools, self._llm, self._keeps,
+                      self._due)  # fmt: skip
 
     @cached_property
     def learning(self) -> Learning:

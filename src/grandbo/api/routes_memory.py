@@ -21,8 +21,9 @@ from grandbo.ingest import flow
 from grandbo.model import MAX_BODY_CHARS, MAX_SERVICES, Arm, CorpusStats, Entry, Event, Kind, Listing, RecallResult
 from grandbo.names import service_name
 from grandbo.pages import encode
+from grandbo.query_ahead import embedded_first
 from grandbo.retrieval.recall import MAX_K
-from grandbo.retrieval.text import MAX_TOPIC_CHARS
+from grandbo.retrieval.text import MAX_TOPIC_CHARS, query_text
 from grandbo.service import Grandbo
 from grandbo.tiers.alert_briefs import briefs
 from grandbo.tiers.alerts import AlertBrief, StoredAlert
@@ -233,16 +234,22 @@ def examples(
 
 
 @router.get("/context", response_model=ContextBlock, tags=["context"])
-def context(
+async def context(
     memory: ReadMemory,
+    request: Request,
     content_type: Annotated[str | None, Query(max_length=100)] = None,
     topic: Annotated[str | None, Query(max_length=MAX_TOPIC_CHARS)] = None,
     budget: Annotated[
         int, Query(ge=1, le=MAX_BUDGET, description="Characters the profile part may take; learned lines go first.")
     ] = DEFAULT_BUDGET,
-) -> dict[str, Any]:
+) -> Response:
     """The block an agent's system prompt gets: profile and learned notes; with `topic`, recall after it."""
-    return memory.context(content_type=content_type, topic=topic, budget=budget).model_dump(mode="json")
+
+    def block(_waited_ms: float) -> str:
+        return memory.context(content_type=content_type, topic=topic, budget=budget).model_dump_json()
+
+    text = query_text(topic) if topic else None  # its recall's query (`tiers.context`: the reranked arm)
+    return Response(await embedded_first(request.app.state.grandbo, text, block), media_type="application/json")
 
 
 # ------------------------------------------------------------------------------------ alerts

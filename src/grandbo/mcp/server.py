@@ -62,9 +62,10 @@ from grandbo.mcp.parameters import (
     TTM,
 )
 from grandbo.memory import OrgMemory
+from grandbo.query_ahead import embedded_first
 from grandbo.ratelimit import large_request
 from grandbo.retrieval.recall import MAX_K
-from grandbo.retrieval.text import MAX_TOPIC_CHARS
+from grandbo.retrieval.text import MAX_TOPIC_CHARS, query_text
 from grandbo.service import Grandbo
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 from grandbo.tiers.effectiveness import ReportedOutcome
@@ -165,9 +166,10 @@ def tool_scope(server: ToolServer, name: str) -> KeyScope | None:
     return server.scopes.get(name)
 
 
-def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
+def build(resolve: Resolve, *, verbose: bool = False, grandbo: Grandbo | None = None) -> ToolServer:
     """The thirteen tools, each acting through the handle `resolve` gives for the calling context. The SDK logs
-    (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`."""
+    (a line on stderr for every refused tool call) only at WARNING and above unless `verbose`. With `grandbo` (a
+    server's), a tool that recalls waits for its query's embedding on the event loop (`grandbo.query_ahead`)."""
     server = ToolServer(
         "grandbo", instructions=INSTRUCTIONS, version=__version__, log_level="INFO" if verbose else "WARNING"
     )
@@ -187,11 +189,16 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
             text, structured = answer.model_dump_json(), answer.model_dump(mode="json")
         return CallToolResult(content=[TextContent(text=text)], structured_content=structured)
 
+    async def recalling(
+        ctx: Context, name: str, topic: str | None, call: Callable[[OrgMemory], BaseModel]
+    ) -> CallToolResult:  # `run` on a worker thread, the query of its recall of `topic` (None: none) embedded first
+        return await embedded_first(grandbo, query_text(topic) if topic else None, lambda _: run(ctx, name, call))
+
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
 
     @server.tool(description=tools.QUERY_DESCRIPTION, annotations=read_only)
-    def query_org_memory(
+    async def query_org_memory(
         topic: Annotated[
             str,
             Field(description="What you have found so far, in a sentence.", min_length=1, max_length=MAX_TOPIC_CHARS),
@@ -201,7 +208,7 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
         k: Annotated[int, Field(description=f"How many memories (1-{MAX_K}).", ge=1, le=MAX_K, strict=True)] = 5,
         detail: Annotated[Detail, Field(description=DETAIL)] = "compact",
     ) -> Annotated[CallToolResult, Recalled]:
-        return run(ctx, "query_org_memory", lambda memory: tools.query_org_memory(memory, topic, k, detail))
+        return await recalling(ctx, "query_org_memory", topic, lambda m: tools.query_org_memory(m, topic, k, detail))
 
     @server.tool(description=tools.FINDING_DESCRIPTION, annotations=additive)
     def record_finding(
@@ -237,15 +244,14 @@ def build(resolve: Resolve, *, verbose: bool = False) -> ToolServer:
         ))  # fmt: skip
 
     @server.tool(description=tools.CONTEXT_DESCRIPTION, annotations=read_only)
-    def get_context_block(
+    async def get_context_block(
         ctx: Context,
         content_type: Annotated[str | None, Field(description=CONTENT_TYPE, max_length=100)] = None,
         topic: Annotated[str | None, Field(description=TOPIC, max_length=MAX_TOPIC_CHARS)] = None,
         budget: Annotated[int, Field(description=tools.BUDGET_DESCRIPTION, ge=1, le=MAX_BUDGET)] = DEFAULT_BUDGET,
     ) -> Annotated[CallToolResult, ContextAnswer]:
-        return run(
-            ctx, "get_context_block", lambda memory: tools.get_context_block(memory, content_type, topic, budget)
-        )
+        return await recalling(ctx, "get_context_block", topic,
+                               lambda m: tools.get_context_block(m, content_type, topic, budget))  # fmt: skip
 
     @server.tool(description=tools.TRIAGE_DESCRIPTION, annotations=read_only)
     def triage_alert(
@@ -297,7 +303,7 @@ def http_server(grandbo: Grandbo) -> ToolServer:
         memory, record = grandbo.authenticate(key)
         return _allowed(memory, record.scope, needed)
 
-    return build(resolve)
+    return build(resolve, grandbo=grandbo)
 
 
 def stdio_server(

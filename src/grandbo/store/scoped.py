@@ -20,6 +20,7 @@ import numpy.typing as npt
 from grandbo.erased import erasure_pattern, erasure_probe, sieves
 from grandbo.errors import InvalidInputError
 from grandbo.figures import EntryFigures
+from grandbo.flights import NextFlight
 from grandbo.incarnation import Incarnation
 from grandbo.model import CorpusStats, EmbeddingSpace, Entry, Event, Listing
 from grandbo.ports import (
@@ -43,11 +44,10 @@ from grandbo.ports import (
     Work,
 )
 from grandbo.store.base import Given, Store
-from grandbo.store.flights import NextFlight
 from grandbo.store.sql import storage
 from grandbo.values import MAX_META_DEPTH, text_problem
 
-_COUNTS: NextFlight[CorpusStats] = NextFlight()  # an org's corpus counts asked at once, read once (`flights`)
+_COUNTS: NextFlight[CorpusStats] = NextFlight()  # an org's corpus counts asked at once, read once (`grandbo.flights`)
 
 
 def _holdable(text: str | None) -> bool:

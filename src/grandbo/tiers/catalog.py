@@ -64,8 +64,8 @@ class Catalog:
 
         def attempt() -> list[DocumentWrite]:
             # The count and the write are one step, as a key's (`tiers.keys`): the org's tally, read before the
-            # count, is written with the services that add any, expecting the version read, so of two writes that
-            # counted alike the second is stale and counts again (`rewritten`).
+            # count, is written with the services that add any or change a service's dependencies, expecting the
+            # version read, so of two writes that counted alike the second is stale and counts again (`rewritten`).
             tally = self.documents.get(TALLY, TALLY)
             batches = [names[at : at + IDS_AT_ONCE] for at in range(0, len(names), IDS_AT_ONCE)]  # a large file's
             held = {doc.doc_id for ids in batches for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
@@ -82,8 +82,8 @@ class Catalog:
                 DocumentWrite(SERVICES, s.name, s.model_dump(mode="json"), "service.put", ref=s.name) for s in services
             ]
             first = WRITE_AT_ONCE  # the first piece's writes, and the tally when it is written
-            grows = self._grows(writes[:first])
-            if (added := len(names) - len(held)) or grows:
+            grows, moves = self._dependencies(writes[:first])
+            if (added := len(names) - len(held)) or moves:
                 count = self.documents.count(SERVICES, self.most + 1)
                 after = len(names) if replace else count + added
                 if after > self.most:
@@ -134,8 +134,8 @@ class Catalog:
         if ids:
             tally = self.documents.get(TALLY, TALLY)
             held = {doc.doc_id for doc in self.documents.find(SERVICES, ids=ids, keys=("name",))}
-            grows = self._grows(writes)
-            if (added := len(ids) - len(held)) or grows:
+            grows, moves = self._dependencies(writes)
+            if (added := len(ids) - len(held)) or moves:
                 count = self.documents.count(SERVICES, self.most + 1)
                 if count + added > self.most and added:
                     raise ServiceLimitError("past the limit", detail={"services": count, "added": added})
@@ -144,28 +144,30 @@ class Catalog:
                                         expected_version=version), *writes]  # fmt: skip
         self.documents.put(writes, actor)
 
-    def _grows(self, writes: Sequence[DocumentWrite]) -> int:
+    def _dependencies(self, writes: Sequence[DocumentWrite]) -> tuple[int, bool]:
         """The dependencies `writes` add to the catalog (those of the services written, less those they held or
-        drop), refused past the catalog's most (`_refuse_dependencies`): counted on the process's topology read now,
-        after the tally was read. A write that adds any writes the tally with it, expecting the version read, so of
-        two (in two processes) that counted alike the second is stale and counts again: counted on each process's
-        copy alone, both passed (issue 24)."""
+        drop), refused past the catalog's most (`_refuse_dependencies`), and whether they change any service's count:
+        counted on the process's topology read now, after the tally was read. A write that changes any writes the
+        tally with it, expecting the version read, so of two (in two processes) that counted alike the second is
+        stale and counts again: counted on each process's copy alone, both passed (issue 24). One that lowers a
+        service's count too: what it takes from one service another may spend, and a write of that service counted
+        before it (on the count it lowered) then put it back uncounted, past the most by that difference."""
         topology = self.topology()
         held = topology.services
-        grows = sum(
+        changes = [
             (len(write.data["depends_on"]) if write.data is not None else 0)
             - (len(held[write.doc_id].depends_on) if write.doc_id in held else 0)
             for write in writes
             if write.collection == SERVICES
-        )
-        if grows > 0:
+        ]
+        if (grows := sum(changes)) > 0:
             self._refused_past(topology.dependencies, topology.dependencies + grows)
-        return max(grows, 0)
+        return max(grows, 0), any(changes)
 
     def _refuse_dependencies(self, services: Sequence[Service], replace: bool) -> None:
         """Refuse a write that would leave the catalog more dependencies than it may hold (`DEPENDENCIES_A_SERVICE`
         a service of `most`), counted on the process's topology (its total kept: a write of one service counts one);
-        one that adds none never is. Across processes the tally holds it (`_grows`, at the version read)."""
+        one that adds none never is. Across processes the tally holds it (`_dependencies`, at the version read)."""
         topology = self.topology()
         before, held = topology.dependencies, topology.services
         sent = sum(len(s.depends_on) for s in services)

@@ -4,18 +4,17 @@ documents, never embedded."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar, overload
 
 import structlog
 
 from grandbo.errors import UnreadableRecordError
+from grandbo.flights import Turns
 from grandbo.model import Calibration, RerankWeights
 from grandbo.names import service_name
 from grandbo.ports import Document, Only, OrgDocuments
@@ -87,12 +86,6 @@ def cited_services(incidents: Iterable[PastIncident]) -> dict[str, dict[str, Non
 
 
 @dataclass
-class _Flight:
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    threads: int = 0
-
-
-@dataclass
 class Snapshot:
     """An org's catalog, weights and ledger as of one documents version. Its ledger's outcomes are never read whole:
     recall counts those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the
@@ -140,6 +133,19 @@ class Snapshot:
 FACTS = (OUTCOMES, SERVICES, SETTINGS, INCIDENTS)
 
 
+@dataclass
+class _Newest:
+    """An org's newest snapshot, and the documents versions it is known to hold: each read before a stamp of the
+    org that found its facts as they are (the newest few: recall asks at its view's version, others at the one
+    just read)."""
+
+    snapshot: Snapshot
+    versions: tuple[int, ...] = ()  # replaced whole (read by other threads), never changed in place
+
+    def holds(self, version: int) -> bool:
+        return version in self.versions
+
+
 def _standing_in(read: Callable[[], T], default: T, instead: str, problems: list[str]) -> T:
     """A setting recall joins, or `default` while it cannot be read: a recall during an incident answers
     with the defaults and says so (the setting's own read, `grandbo settings ...`, still refuses)."""
@@ -178,11 +184,10 @@ class Snapshots:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_org: OrderedDict[str, Snapshot] = OrderedDict()
+        self._by_org: OrderedDict[str, _Newest] = OrderedDict()
         self._kept: OrderedDict[tuple[str, str], Held[Any]] = OrderedDict()
         self._due: dict[tuple[str, str], float] = {}
-        self._flights: dict[str, _Flight] = {}  # an org's snapshot being made, and the threads awaiting it
-        self.made = 0  # snapshots made (none for one taken as it was kept), for the tests to count
+        self._turns = Turns()  # an org's snapshot made by one thread at a time
 
     def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
         """The org's facts as of `version` (its documents version; read now when None)."""
@@ -191,53 +196,40 @@ class Snapshots:
             cached = self._by_org.get(org)
             if cached is not None:
                 self._by_org.move_to_end(org)  # the least recently read go first
-        if cached is not None and cached.version == version:
-            return cached
+        if cached is not None and cached.holds(version):
+            return cached.snapshot
         # One thread at a time makes an org's snapshot: those that arrive meanwhile wait for it, then take it when it
-        # is of the version they read (each made its own, the catalog's graph made whole 0.1-0.4 s at 10,000
+        # holds the version they read (each made its own, the catalog's graph made whole 0.1-0.4 s at 10,000
         # services, as many times as requests arrived at once: probe 28). Another org's never waits here.
-        with self._alone(org):
+        with self._turns.of(org):
             with self._lock:
                 cached = self._by_org.get(org)
-            if cached is not None and cached.version == version:
-                return cached
+            if cached is not None and cached.holds(version):
+                return cached.snapshot
             return self._made(org, documents, version, cached)
 
-    @contextlib.contextmanager
-    def _alone(self, org: str) -> Iterator[None]:
-        """The org's snapshot made by this thread alone: a lock of the org's, dropped once no thread holds or awaits
-        it."""
-        with self._lock:
-            flight = self._flights.setdefault(org, _Flight())
-            flight.threads += 1
-        try:
-            with flight.lock:
-                yield
-        finally:
-            with self._lock:
-                flight.threads -= 1
-                if not flight.threads:
-                    del self._flights[org]
-
-    def _made(self, org: str, documents: OrgDocuments, version: int, cached: Snapshot | None) -> Snapshot:
-        """The org's snapshot of `version` made from `cached` (what changed since it was read), and kept."""
+    def _made(self, org: str, documents: OrgDocuments, version: int, cached: _Newest | None) -> Snapshot:
+        """The org's snapshot holding `version`: the newest kept when its facts are as they are now, else one made
+        from it (what changed since it was read); kept."""
         # The stamp and each part's documents read in one transaction (a first recall made eight), and converted
         # once it is over: its pooled connection is not held while the catalog and the incidents become objects.
         with documents.reading():
             epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
             facts = (epoch, *marks)
-            if cached is not None and cached.facts == facts and version > cached.version:
-                made: Callable[[], Snapshot] = functools.partial(replace, cached, version=version)  # the same facts
-            else:
-                made = self._remade(org, documents, version, (epoch, marks), cached)
-        fresh = made()
+            held = cached if cached is not None and cached.snapshot.facts == facts else None
+            if held is None:
+                made = self._remade(org, documents, version, (epoch, marks), cached.snapshot if cached else None)
+        # The same facts: the newest holds this version too, read before or after those it holds (a recall asks at its
+        # view's, which may be older: taken as older, it made the newest again, then the next request did: review 29).
+        # Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in the stamp).
+        newest = held if held is not None else _Newest(made())
         with self._lock:
-            self.made += 1
-            self._by_org[org] = fresh
+            newest.versions = (*newest.versions[-7:], version)
+            self._by_org[org] = newest
             self._by_org.move_to_end(org)
             while len(self._by_org) > self.KEPT_SNAPSHOTS:
                 self._by_org.popitem(last=False)
-        return fresh
+        return newest.snapshot
 
     def _remade(
         self, org: str, documents: OrgDocuments, version: int, stamped: tuple[int | None, list[int]],
@@ -316,6 +308,13 @@ class Snapshots:
         `keys`: the only keys of each document's data `convert` reads, all a whole read asks the store for (of an
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
         return self._kept_read(org, documents, collection, convert, most, keys)()
+
+    def keeps(self, org: str, collection: str, convert: Callable[[Document], Any]) -> bool:
+        """Whether the org's `collection` is kept converted by `convert` (or known over its bound): its next `kept`
+        reads what was written since (the whole again only after an erasure, or in a new epoch of the org)."""
+        with self._lock:
+            held = self._kept.get((org, collection))
+        return held is not None and held.convert == convert
 
     def _kept_read(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],

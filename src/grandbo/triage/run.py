@@ -17,6 +17,7 @@ times out) on its thread, one still waiting is skipped, never run for nobody.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
@@ -31,6 +32,7 @@ from grandbo.errors import GrandboError, OverloadedError
 from grandbo.ingest.alert import Alert, fired_at
 from grandbo.llm import LLMClient, RedactingClient
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult, utcnow
+from grandbo.ports import Document
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.retrieval.shared import SharedRecalls
 from grandbo.tiers.change_model import Change
@@ -39,6 +41,7 @@ from grandbo.tiers.operations import ALERTS, Kept, Snapshot
 from grandbo.tiers.topology import Topology
 from grandbo.triage import changes, evidence, narrate, past_alerts
 from grandbo.triage.plan import PlanGroup, TriagePlan, TriageTimings, alert_from
+from grandbo.writes import run_guarded
 
 if TYPE_CHECKING:
     from grandbo.background import Background
@@ -57,6 +60,11 @@ KEPT_CHANGES = 20_000
 # from the store (`triage.past_alerts`). One takes about 2.2 KB kept, at most 7 KB (its summary's marks, at most
 # WORD_MARKS: a 2,000-character summary's 666 words took 67 KB before they were marks): at most 70 MB an org.
 KEPT_ALERTS = 10_000
+# How often a process reads an org's alerts whole to keep them, at most: a triage of an org whose alerts it does not
+# keep (its first, or they were let go for other orgs': `Snapshots.KEPT_COLLECTIONS`) reads those that can count from
+# the store (`triage.past_alerts`), and leaves the whole read (up to KEPT_ALERTS of them, ordered: 0.3-0.8 s at 5,000
+# on these cores; probe 29) to a background thread.
+KEEP_ALERTS_EVERY = 60.0
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -80,12 +88,16 @@ class Triage:
         kept: Kept,
         pools: Background,
         llm: Callable[[], LLMClient | None],
+        keeps: Callable[[str, Callable[[Document], Any]], bool],
+        due: Callable[[str, float], bool],
     ) -> None:
         self._memory = memory
         self._settings = settings
         self._snapshot = snapshot  # the catalog and ledger recall joins, reread only when one of them changed
         self._kept = kept  # the org's received alerts, each read once per process (`Snapshots.kept`)
         self._pools, self._llm = pools, llm
+        self._keeps = keeps  # whether the process keeps a collection of the org's (`Snapshots.keeps`)
+        self._due = due  # whether the org's upkeep `task` is due in this process (`Snapshots.due`)
 
     @property
     def llm(self) -> LLMClient | None:
@@ -252,11 +264,7 @@ class Triage:
     ) -> evidence.Facts:
         snapshot = self._snapshot()
         window = timedelta(minutes=self._settings.change_window_minutes)
-        # The org's received alerts, each read once per process, unless it holds more than KEPT_ALERTS (a year of
-        # storms): then those that can count, read from the store for this alert (the same plan).
-        seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
-        if seen is None:
-            seen = self._stored_alerts(alert, snapshot.topology, at, received, now, window)
+        seen = self._recent_alerts(alert, snapshot.topology, at, received, now, window)
         records = snapshot.source.counted(runbook_ids)  # theirs counted by the store, not every outcome read
         entries = self._memory.get_many(runbook_ids) if runbook_ids else {}
         # The org's changes, each read once per process as alerts are (the window and the records read in memory):
@@ -270,6 +278,29 @@ class Triage:
             between=between, latest=latest, policy=DEFAULT_POLICY.changes, received=received,
         )  # fmt: skip
         return evidence.Facts(entries, records, snapshot.topology, seen, changed)
+
+    def _recent_alerts(
+        self, alert: Alert, topology: Topology, at: datetime, received: datetime, now: datetime, window: timedelta
+    ) -> list[evidence.Seen]:
+        """The org's received alerts the plan counts: those the process keeps, each read once (then only what was
+        written since); else, and when the org holds more than KEPT_ALERTS (a year of storms), those that can count
+        read from the store for this alert (`_stored_alerts`: the same plan). Kept none, the whole read is left to a
+        background thread (KEEP_ALERTS_EVERY): a process's first triage of the org read them all, up to KEPT_ALERTS,
+        as every triage did once its alerts were let go for other orgs' (probe 29)."""
+        # A `now` after the present (a caller's, never the API's) reads the kept alerts: the store path reads by write
+        # time, and such a triage's window may begin after the alerts it counts were written.
+        if self._keeps(ALERTS, evidence.seen) or now > utcnow():
+            seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
+            if seen is not None:
+                return seen
+        elif (behind := self._pools.behind) is not None and self._due("triage.keep_alerts", KEEP_ALERTS_EVERY):
+
+            def keep() -> None:
+                self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
+
+            with contextlib.suppress(OverloadedError):  # busy: a later triage keeps them
+                behind.submit(self._memory.org, lambda: run_guarded(keep))
+        return self._stored_alerts(alert, topology, at, received, now, window)
 
     def _stored_alerts(
         self, alert: Alert, topology: Topology, at: datetime, received: datetime, now: datetime, window: timedelta
