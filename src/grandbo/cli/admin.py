@@ -13,7 +13,6 @@ from grandbo.cli.options import command_group
 from grandbo.cli.terminal import say
 from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import StoreUnavailableError
-from grandbo.service import Grandbo
 from grandbo.urls import mask_url
 
 models_app = command_group("models", "Prepare embedding models for offline use.")
@@ -33,6 +32,8 @@ def init(
     ] = None,
 ) -> None:
     """Create the store (recording its embedding provider, model and dimension) and an organization."""
+    from grandbo.service import Grandbo
+
     with _errors(), Grandbo.init(state.settings, embedding=embedding) as grandbo:
         memory = grandbo.org(org, create=True)
         say(f"store {grandbo.url} ready: embedding space {grandbo.space}, organization {memory.org!r}")
@@ -141,6 +142,8 @@ def reembed(
     every_entry: Annotated[bool, typer.Option("--all", help="Re-embed entries whose vectors are current too.")] = False,
 ) -> None:
     """Migrate the store to another embedding provider: re-embed every active entry."""
+    from grandbo.service import Grandbo
+
     # The store's recorded provider is the one to open with, whatever GRANDBO_EMBEDDING_PROVIDER says.
     current = state.settings.model_copy(update={"embedding_provider": None})
     with _errors(), Grandbo.open(current) as grandbo:
@@ -155,6 +158,8 @@ def reembed(
 def migrate() -> None:
     """Apply pending schema migrations as the owner role (Postgres: GRANDBO_MIGRATE_DATABASE_URL) and grant the
     runtime role; safe to run twice, and from two processes at once."""
+    from grandbo.service import Grandbo
+
     with _errors():
         versions = Grandbo.migrate(state.settings)
     say(f"store {mask_url(state.settings.store_url).split('@')[-1]} at schema version {max(versions)}")

@@ -6,7 +6,7 @@ import json
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 from pydantic import BaseModel, ValidationError
@@ -16,8 +16,10 @@ from grandbo.config import PYTHON_YOUNG_OBJECTS, Settings
 from grandbo.config_serving import MIN_RATE
 from grandbo.errors import GrandboError, InvalidInputError
 from grandbo.logs import configure as configure_logs
-from grandbo.service import Grandbo
 from grandbo.values import strict_json
+
+if TYPE_CHECKING:
+    from grandbo.service import Grandbo
 
 app = typer.Typer(
     name="grandbo",
@@ -168,6 +170,8 @@ def _not_utf8(path: Path, error: UnicodeDecodeError) -> InvalidInputError:
 def _open(*, catch_up: bool = True) -> Grandbo:
     """Open the configured store; on the embedded one, first run what write-behinds a process that died left
     (`catch_up`: not for `grandbo worker`, whose rounds re-drive them in turn with the embedding)."""
+    from grandbo.service import Grandbo  # the engine: imported by the commands that open it, not by `--help`
+
     grandbo = Grandbo.open(state.settings)
     if catch_up and state.settings.store_url.startswith("sqlite:"):  # embedded: what a process that died left first
         grandbo.redriver.catch_up()

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import TypeAdapter, ValidationError
@@ -14,9 +14,11 @@ from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError, NotFoundError, validation_fields
 from grandbo.model import utcnow
 from grandbo.tiers.change_model import URL_RULE, Change, ChangeKind, NewChange
-from grandbo.tiers.changes import Changes
 from grandbo.urls import web_url_problem
 from grandbo.values import IsoTime
+
+if TYPE_CHECKING:
+    from grandbo.tiers.changes import Changes
 
 change_app = command_group("change", "Change events: deploys, config pushes, flag flips (what changed, and when).")
 

@@ -6,20 +6,16 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _print_json, app, state
-from grandbo.cli.demo import demo_store
 from grandbo.cli.terminal import say
 from grandbo.errors import ImportFormatError
-from grandbo.history.importer import HistoryReport, import_history
-from grandbo.history.public import PUBLIC_MAPPING, public_file
-from grandbo.history.registry import reader
-from grandbo.history.sources.tabular import count_lines, parse_pairs
-from grandbo.history.stopped import Interrupted
-from grandbo.service import Grandbo
+
+if TYPE_CHECKING:
+    from grandbo.history.importer import HistoryReport
 
 
 @contextmanager
@@ -99,6 +95,12 @@ def import_from(
     updates what changed in the source and keeps what people wrote since; a killed import resumes when run again.
 
     Exit status 0 when every record is in, 1 when any was refused, 2 on an error."""
+    from grandbo.history.importer import import_history
+    from grandbo.history.registry import reader
+    from grandbo.history.sources.tabular import count_lines, parse_pairs
+    from grandbo.history.stopped import Interrupted
+    from grandbo.service import Grandbo
+
     with _errors():
         chosen, pairs = reader(source), parse_pairs(mapping)
         if not (path.is_file() or path.is_dir()):  # a device or a pipe: /dev/zero would be read forever
@@ -121,6 +123,12 @@ def import_from(
 
 def run_public(org: str | None, path: Path | None, as_json: bool) -> None:
     """`grandbo demo --public`: the public post-mortems into `org` (created when missing), embedded."""
+    from grandbo.cli.demo import demo_store
+    from grandbo.history.importer import import_history
+    from grandbo.history.public import PUBLIC_MAPPING, public_file
+    from grandbo.history.registry import reader
+    from grandbo.history.sources.tabular import count_lines
+
     with _errors():
         found = public_file(path)
         with demo_store(state.settings) as grandbo:

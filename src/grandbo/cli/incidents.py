@@ -11,11 +11,9 @@ from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, 
 from grandbo.cli.options import command_group
 from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError
-from grandbo.redaction import described
 from grandbo.retrieval.languages import LATIN_LANGUAGES
 from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.incident_model import IncidentStatus
-from grandbo.tiers.org_settings import FIT_ONE
 
 incident_app = command_group("incident", "Incidents: open, add findings, close (corroborated findings become memory).")
 runbook_app = command_group("runbook", "Runbooks and their effectiveness.")
@@ -387,6 +385,8 @@ def settings_redaction(
     org: OrgOption = None,
 ) -> None:
     """Show, or change, the patterns masked before text is stored, embedded, indexed or sent to an LLM."""
+    from grandbo.redaction import described
+
     pairs = [item.split("=", 1) for item in add or []]
     if any(len(pair) != 2 for pair in pairs):
         say("error: --add takes NAME=REGEX", err=True)
@@ -411,6 +411,8 @@ def settings_calibration(
 ) -> None:
     """Show which calibration the seen-before verdict uses (the organization's own, the one shipped for the
     model, or none), or remove the organization's own."""
+    from grandbo.tiers.org_settings import FIT_ONE
+
     with _errors(), _open() as grandbo:
         memory = grandbo.org(org)
         now = (

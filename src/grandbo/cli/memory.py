@@ -14,9 +14,8 @@ from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, 
 from grandbo.cli.options import SeverityOption
 from grandbo.cli.terminal import say
 from grandbo.model import NO_VECTOR_VERDICT, PENDING_VERDICT, Arm, RecallResult
-from grandbo.retrieval.recall import MAX_K
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.retrieval.text import words_of
-from grandbo.tiers.context import WAITING_WORDS
 
 
 @app.command()
@@ -290,6 +289,8 @@ def _print_recall(result: RecallResult) -> None:
             "vector yet; these are the lexical arm's best matches)"
         )
     elif result.calibration == PENDING_VERDICT:
+        from grandbo.tiers.context import WAITING_WORDS
+
         say(f"answer: no verdict ({WAITING_WORDS}; how many, and what to run, in the note below)")
     elif result.calibration == "uncalibrated":
         say("answer: uncalibrated, no verdict (fit one on labelled queries: `grandbo calibrate DIR`)")
@@ -323,7 +324,7 @@ def _print_recall(result: RecallResult) -> None:
 @app.command()
 def recall(
     topic: Annotated[str, typer.Argument(help="The problem in a sentence: mechanism, component, symptom.")],
-    k: Annotated[int, typer.Option("-k", help="How many memories.", min=1, max=MAX_K)] = 10,
+    k: Annotated[int, typer.Option("-k", help="How many memories.", min=1, max=DEFAULT_POLICY.max_k)] = 10,
     arm: Annotated[
         Arm, typer.Option(help="reranked (default), hybrid (fusion only), or one arm alone for debugging.")
     ] = Arm.RERANKED,

@@ -10,7 +10,7 @@ import typer
 from grandbo.cli.app import JsonOption, OrgOption, _errors, _open, _print_json, _print_list, _read_json, _read_text, app
 from grandbo.cli.options import command_group
 from grandbo.cli.terminal import say
-from grandbo.retrieval.recall import MAX_K
+from grandbo.retrieval.policy import DEFAULT_POLICY
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 
 profile_app = command_group("profile", "The explicit profile: facts, people, voice.")
@@ -185,7 +185,7 @@ def context(
 @app.command("examples")
 def examples(
     content_type: Annotated[str, typer.Option("--type", help="Content type of the examples.")],
-    limit: Annotated[int, typer.Option("-n", help="How many.", min=1, max=MAX_K)] = 5,
+    limit: Annotated[int, typer.Option("-n", help="How many.", min=1, max=DEFAULT_POLICY.max_k)] = 5,
     org: OrgOption = None,
 ) -> None:
     """The newest examples of a content type (no query, no search, no score)."""

@@ -22,12 +22,14 @@ from grandbo.cli.options import command_group
 from grandbo.cli.terminal import say
 from grandbo.cli.waiting import wait_for_store
 from grandbo.errors import ConfigError, InvalidInputError, NotAuthorizedError, NotFoundError
-from grandbo.memory import OrgMemory
-from grandbo.service import Grandbo
-from grandbo.tiers.keys import SIGNED, ApiKey, Scope
+from grandbo.tiers.webhook_secrets import SIGNED
 
 if TYPE_CHECKING:
     import uvicorn
+
+    from grandbo.memory import OrgMemory
+    from grandbo.service import Grandbo
+    from grandbo.tiers.keys import ApiKey
 
 log = structlog.get_logger(__name__)
 BACKLOG = 2048  # connections the kernel queues before `accept` (uvicorn's own default; Python's is 128)
@@ -51,6 +53,7 @@ def serve(
     from grandbo.api.connections import connections_cap, open_files, server_config
     from grandbo.heap import settle
     from grandbo.logs import configure as configure_logs
+    from grandbo.service import Grandbo
 
     settings = state.settings
     if not state.verbose:
@@ -178,6 +181,8 @@ def mcp_stdio(
 
     from grandbo.mcp.server import stdio_server
     from grandbo.mcp.stdio import serve
+    from grandbo.service import Grandbo
+    from grandbo.tiers.keys import Scope
 
     key = os.environ.get("GRANDBO_API_KEY", "").strip()
     with _errors():

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -12,7 +12,9 @@ from grandbo.cli.options import SeverityOption
 from grandbo.cli.terminal import say
 from grandbo.errors import InvalidInputError
 from grandbo.ingest import adapters
-from grandbo.triage import TriagePlan
+
+if TYPE_CHECKING:
+    from grandbo.triage import TriagePlan
 
 
 def _alerts(path: Path | None, source: str | None, flags: dict[str, Any]) -> list[Any]:
