@@ -99,7 +99,7 @@ class OrgMemory:
         self._pools, self._llm, self._verified, self._incarnation = pools, llm, verified, incarnation
         self.unerased = unerased  # work that copies the org's text into other records runs in it (`grandbo.unerased`)
         self._recall = Recall(
-            org, search, policy, provider, lambda version: snapshots.get(org, documents, version), entries.unembeddable
+            org, search, policy, provider, partial(snapshots.get, org, documents), entries.unembeddable
         )
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
         self._kept = partial(snapshots.kept, org, documents)

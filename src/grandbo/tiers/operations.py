@@ -184,8 +184,11 @@ class Snapshots:
         self._flights: dict[str, _Flight] = {}  # an org's snapshot being made, and the threads awaiting it
         self.made = 0  # snapshots made (none for one taken as it was kept), for the tests to count
 
-    def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
-        """The org's facts as of `version` (its documents version; read now when None)."""
+    def get(
+        self, org: str, documents: OrgDocuments, version: int | None = None, read: Callable[[], None] = lambda: None
+    ) -> Snapshot:
+        """The org's facts as of `version` (its documents version; read now when None); `read` is called once the
+        store is read for them, before they are converted (a caller's reads together of the org ended then)."""
         version = documents.version() if version is None else version
         with self._lock:
             cached = self._by_org.get(org)
@@ -201,7 +204,7 @@ class Snapshots:
                 cached = self._by_org.get(org)
             if cached is not None and cached.version == version:
                 return cached
-            return self._made(org, documents, version, cached)
+            return self._made(org, documents, version, cached, read)
 
     @contextlib.contextmanager
     def _alone(self, org: str) -> Iterator[None]:
@@ -219,7 +222,9 @@ class Snapshots:
                 if not flight.threads:
                     del self._flights[org]
 
-    def _made(self, org: str, documents: OrgDocuments, version: int, cached: Snapshot | None) -> Snapshot:
+    def _made(
+        self, org: str, documents: OrgDocuments, version: int, cached: Snapshot | None, read: Callable[[], None]
+    ) -> Snapshot:
         """The org's snapshot of `version` made from `cached` (what changed since it was read), and kept."""
         # The stamp and each part's documents read in one transaction (a first recall made eight), and converted
         # once it is over: its pooled connection is not held while the catalog and the incidents become objects.
@@ -230,6 +235,7 @@ class Snapshots:
                 made: Callable[[], Snapshot] = functools.partial(replace, cached, version=version)  # the same facts
             else:
                 made = self._remade(org, documents, version, (epoch, marks), cached)
+        read()
         fresh = made()
         with self._lock:
             self.made += 1

@@ -88,7 +88,8 @@ class FeedMixin(PostgresConnection):
         # Today no event changes an active entry's row but to retire it (a correction supersedes it under a new
         # id), so nothing is lost either way; an event that did would lose vectors without this. Rows alone are
         # bounded by the marks (READ COMMITTED): a first recall's snapshot is one round trip shorter.
-        with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id) as conn:
+        # Without vectors, in this thread's reads together of the org if open (a first recall's, its facts read next).
+        with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id, join=True) as conn:
             if not image:
                 yield _Snapshot(conn, org_id, self._marks(conn, org_id))
                 return
