@@ -110,6 +110,19 @@ def test_the_verdict_is_withheld_from_a_tenth_of_the_memories_waiting(hosted, fa
     assert any("3 of 21 memories are still waiting" in note for note in three_waiting.notes)
 
 
+def _jobs_counted(monkeypatch: pytest.MonkeyPatch, counted: list[str]) -> None:
+    """A "jobs" in `counted` for each statement that counts the org's embed jobs: the store's count of them
+    (`embed_backlog`), or the one an org's first read makes with its marks and image (`FeedMixin.snapshot`)."""
+    execute, alone = psycopg.Cursor.execute, "SELECT count(*) FROM embed_outbox WHERE org_id = %s"
+
+    def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        if str(query) == alone or "(SELECT count(*) FROM embed_outbox WHERE org_id = %(org)s)" in str(query):
+            counted.append("jobs")
+        return execute(self, query, params, **kwargs)
+
+    monkeypatch.setattr(psycopg.Cursor, "execute", executed)
+
+
 def test_whether_too_many_memories_wait_is_no_corpus_count_per_recall(grandbo, monkeypatch, backend):
     """Recall latency is a product number: the in-process index knows its own counts, and where the store
     searches vectors (a Postgres org with its HNSW index) its count of the embed jobs is read again only when
@@ -124,8 +137,7 @@ def test_whether_too_many_memories_wait_is_no_corpus_count_per_recall(grandbo, m
     if backend == "postgres":
         store.hnsw_threshold = 10
         assert store.ensure_vector_index("acme")  # pgvector searches the org's vectors from now on
-        real_backlog = store.embed_backlog
-        monkeypatch.setattr(store, "embed_backlog", lambda *args: counted.append("jobs") or real_backlog(*args))
+        _jobs_counted(monkeypatch, counted)
     topic = "Redis connection reset during key eviction spike; auth-service latency > 1200ms"
     first = [memory.recall(topic).seen_before for _ in range(3)]
     memory.remember_many(unrelated(2, start=40), strict=True)  # 0 jobs + 2 events since < a tenth of 45
@@ -191,8 +203,7 @@ def test_empty_answers_over_a_backlog_read_no_queued_job_each(hosted, fake, back
         if backend == "postgres":
             store.hnsw_threshold = 1
             assert store.ensure_vector_index("acme")  # pgvector searches the org's vectors from now on
-            real_backlog = store.embed_backlog
-            monkeypatch.setattr(store, "embed_backlog", lambda *args: counted.append("jobs") or real_backlog(*args))
+            _jobs_counted(monkeypatch, counted)
         answers = [memory.recall(NONSENSE, arm=Arm.LEXICAL) for _ in range(3)]
     for result in answers:
         assert result.hits == []

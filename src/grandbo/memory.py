@@ -98,7 +98,7 @@ class OrgMemory:
         self._worker, self._background, self._embed_here = worker, background, embed_here
         self._pools, self._llm, self._verified, self._incarnation = pools, llm, verified, incarnation
         self.unerased = unerased  # work that copies the org's text into other records runs in it (`grandbo.unerased`)
-        self._recall = Recall(org, search, policy, provider, lambda version: snapshots.get(org, documents, version),
+        self._recall = Recall(org, search, policy, provider, partial(snapshots.get, org, documents),
                               entries.unembeddable)  # fmt: skip
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
         self._kept, self._keeps = partial(snapshots.kept, org, documents), partial(snapshots.keeps, org)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 import weakref
 import zipfile
 from collections import OrderedDict
@@ -22,7 +23,7 @@ import structlog
 
 from grandbo.model import EmbeddingSpace
 from grandbo.ports import FeedSnapshot, IndexFeed, Marks, StoredIndex
-from grandbo.retrieval.index import IMAGE_FORMAT, FormerImageError, OrgIndex, space_of, vectors_at
+from grandbo.retrieval.index import IMAGE_FORMAT, Backlog, FormerImageError, OrgIndex, space_of, vectors_at
 from grandbo.retrieval.org_locks import OrgLocks
 from grandbo.retrieval.quiet import Quiet
 from grandbo.retrieval.read_ahead import ReadAhead
@@ -249,6 +250,10 @@ class IndexKeeper(ReadAhead):
             if new:  # made in part (a read cut short): the next read makes it again
                 self.forget(org_id)
             raise
+        if new and (backlog := getattr(snapshot, "backlog", None)) is not None:
+            # The org's embed jobs, counted with the marks by a store that searches its vectors (a first read's image):
+            # its recall's verdict weighs them (`OrgSearch.waiting`) without counting them again.
+            index.backlog = Backlog(backlog, marks.entry_seq, time.monotonic())
         return index
 
     def _load(

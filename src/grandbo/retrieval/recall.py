@@ -58,7 +58,7 @@ class Recall:
         search: OrgSearch,
         policy: RankingPolicy,
         provider: Callable[[], Provider],
-        facts: Callable[[int], rerank.Facts],
+        facts: Callable[[int, Callable[[], None]], rerank.Facts],  # at a version; calls back once the store is read
         unembeddable: Callable[[], int],
     ) -> None:
         self._org, self._search, self._policy, self._provider, self._facts = org, search, policy, provider, facts
@@ -70,7 +70,8 @@ class Recall:
     ) -> RecallResult:  # fmt: skip
         identifier = identifier_term(topic)
         if identifier is None and len(topic.split()) == 1:  # a catalog service name is an identifier too
-            identifier = identifier_term(topic, self._facts(self._search.view().documents_seq).topology.names)
+            facts = self._facts(self._search.view().documents_seq, lambda: None)
+            identifier = identifier_term(topic, facts.topology.names)
         if identifier is not None:
             return self._identifier_lookup(" ".join(topic.split()), identifier, k)
         topic = check_topic(topic)
@@ -96,15 +97,18 @@ class Recall:
         """`__call__`'s answer to a topic (not an identifier) at `now`, the question's time (re-ranking weighs ages)."""
         notes: list[str] = []
         timings = RecallTimings()
-        view = self._search.view()
-        if ahead is not None and self._search.arms_in_parallel(view):  # made with its vectors: searched here
-            ahead.close()
-        key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`); Postgres searches
-        # vectors in the store (no copy here), which move no mark of the index: no answer of before is shared there.
-        shared = shared if view.space is not None or arm is Arm.LEXICAL else None
-        # The facts as the re-ranking reads them (`_rerank`: the same version, kept), read and converted before the
-        # reads together: a first recall's catalog and incidents do not become objects holding a pooled connection.
-        facts = self._facts(view.documents_seq) if shared is not None or arm is Arm.RERANKED else None
+        # The view and the facts as the re-ranking reads them (`_rerank`: the same version, kept) in one transaction
+        # where the store shares one (a first recall's image and facts: two on Postgres before), ended once the facts
+        # are read (before they are converted: no pooled connection held meanwhile), after the view confirmed the org.
+        with ExitStack() as first:
+            first.enter_context(self._search.reading())
+            view = self._search.view()
+            if ahead is not None and self._search.arms_in_parallel(view):  # made with its vectors: searched here
+                ahead.close()
+            # Postgres searches vectors in the store (no copy here), moving no mark of the index: no answer shared.
+            shared = shared if view.space is not None or arm is Arm.LEXICAL else None
+            facts = self._facts(view.documents_seq, first.close) if shared is not None or arm is Arm.RERANKED else None
+        key, until = None, rerank.FOREVER  # until when this answer holds (`rerank.steady_until`)
         if shared is not None and facts is not None:
             key = shared.key(topic, k, arm, services, wanted, view, facts.read_at)
         if shared is not None and (answered := shared.get(key, now)) is not None:

@@ -283,8 +283,9 @@ class ScopedWork:
 
 
 # Uses confirmed by a read that comes after them: a first recall's connection lent for the search it begins before its
-# view (`OrgSearch.ahead`), whose hits are taken only once the view's watermarks confirmed the org (`Incarnation.seen`).
-_CONFIRMED_AFTER = frozenset({"lend_search"})
+# view (`OrgSearch.ahead`), whose hits are taken only once the view's watermarks confirmed the org (`Incarnation.seen`);
+# the reads together a recall opens before its view (which reads nothing itself: the view's read is the first in it).
+_CONFIRMED_AFTER = frozenset({"lend_search", "reading_documents"})
 
 
 class _Confirming:

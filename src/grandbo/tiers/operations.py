@@ -189,8 +189,11 @@ class Snapshots:
         self._due: dict[tuple[str, str], float] = {}
         self._turns = Turns()  # an org's snapshot made by one thread at a time
 
-    def get(self, org: str, documents: OrgDocuments, version: int | None = None) -> Snapshot:
-        """The org's facts as of `version` (its documents version; read now when None)."""
+    def get(
+        self, org: str, documents: OrgDocuments, version: int | None = None, read: Callable[[], None] = lambda: None
+    ) -> Snapshot:
+        """The org's facts as of `version` (its documents version; read now when None); `read` is called once the
+        store is read for them, before they are converted (a caller's reads together of the org ended then)."""
         version = documents.version() if version is None else version
         with self._lock:
             cached = self._by_org.get(org)
@@ -206,9 +209,11 @@ class Snapshots:
                 cached = self._by_org.get(org)
             if cached is not None and cached.holds(version):
                 return cached.snapshot
-            return self._made(org, documents, version, cached)
+            return self._made(org, documents, version, cached, read)
 
-    def _made(self, org: str, documents: OrgDocuments, version: int, cached: _Newest | None) -> Snapshot:
+    def _made(
+        self, org: str, documents: OrgDocuments, version: int, cached: _Newest | None, read: Callable[[], None]
+    ) -> Snapshot:
         """The org's snapshot holding `version`: the newest kept when its facts are as they are now, else one made
         from it (what changed since it was read); kept."""
         # The stamp and each part's documents read in one transaction (a first recall made eight), and converted
@@ -219,6 +224,7 @@ class Snapshots:
             held = cached if cached is not None and cached.snapshot.facts == facts else None
             if held is None:
                 made = self._remade(org, documents, version, (epoch, marks), cached.snapshot if cached else None)
+        read()
         # The same facts: the newest holds this version too, read before or after those it holds (a recall asks at its
         # view's, which may be older: taken as older, it made the newest again, then the next request did: review 29).
         # Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in the stamp).

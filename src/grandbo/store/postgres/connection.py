@@ -251,6 +251,8 @@ class PostgresConnection:
         if getattr(self._pinned, "conn", None) is not None:
             yield
             return
+        if (together := getattr(self._pinned, "together", None)) is not None:
+            together.close(self.url)  # its reads have their rows: one connection held, not two (opened again lazily)
         with reach.reads_lost(self.url), self._reach.lend(self._pool) as conn, conn.transaction():
             conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             self._pinned.conn = conn

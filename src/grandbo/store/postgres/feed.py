@@ -31,15 +31,16 @@ class FeedMixin(PostgresConnection):
     """The change feed and index images, for `PostgresStore`."""
 
     # The org's HNSW index is looked up by name (`to_regclass`: NULL where there is none), one catalog probe.
-    _MARKS = (
-        "SELECT (SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
+    _MARK_COLUMNS = (
+        "(SELECT coalesce(max(seq), 0) FROM memory_entries WHERE org_id = %(org)s), "
         "(SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = %(org)s), "
         "o.epoch, o.language, coalesce(o.vector_seq, 0), "
         "o.vector_index_wanted_at IS NOT NULL OR to_regclass(%(hnsw)s) IS NOT NULL, "
         "(SELECT value FROM store_meta WHERE key = 'provider'), (SELECT value FROM store_meta WHERE key = 'model'), "
-        "(SELECT value FROM store_meta WHERE key = 'dimension'), o.incarnation "
-        "FROM (SELECT 1) one LEFT JOIN orgs o ON o.org_id = %(org)s"
+        "(SELECT value FROM store_meta WHERE key = 'dimension'), o.incarnation"
     )
+    _ORG = " FROM (SELECT 1) one LEFT JOIN orgs o ON o.org_id = %(org)s"
+    _MARKS = "SELECT " + _MARK_COLUMNS + _ORG
 
     def marks(self, org_id: str) -> Marks:
         """The org's watermarks. Writers of one org hold its `orgs` row lock, so its sequence numbers (its
@@ -58,10 +59,14 @@ class FeedMixin(PostgresConnection):
 
         return self._retrying(read)
 
-    # The marks and the org's image head in one statement (a first recall read them in two).
+    # The marks and the org's image head in one statement (a first recall read them in two), and its embed jobs as
+    # `embed_backlog` counts them: the recall that loads the image without vectors has the store search them, and
+    # weighs that count for its verdict (`OrgSearch.waiting`), which made a statement of its own.
     _MARKS_AND_IMAGE = (
         "SELECT i.epoch, i.language, i.provider, i.model, i.dimension, i.entry_seq, i.vector_seq, i.data, "
-        + _MARKS.removeprefix("SELECT ")
+        + _MARK_COLUMNS
+        + ", (SELECT count(*) FROM embed_outbox WHERE org_id = %(org)s)"
+        + _ORG
         + " LEFT JOIN index_images i ON i.org_id = %(org)s"
     )
 
@@ -83,7 +88,8 @@ class FeedMixin(PostgresConnection):
         # Today no event changes an active entry's row but to retire it (a correction supersedes it under a new
         # id), so nothing is lost either way; an event that did would lose vectors without this. Rows alone are
         # bounded by the marks (READ COMMITTED): a first recall's snapshot is one round trip shorter.
-        with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id) as conn:
+        # Without vectors, in this thread's reads together of the org if open (a first recall's, its facts read next).
+        with self.consistent_read(org_id) if vectors else nullcontext(), self._tx(org_id, join=True) as conn:
             if not image:
                 yield _Snapshot(conn, org_id, self._marks(conn, org_id))
                 return
@@ -91,7 +97,7 @@ class FeedMixin(PostgresConnection):
                 found = cursor.execute(self._MARKS_AND_IMAGE, {"org": org_id, "hnsw": index_name(org_id)}).fetchone()
             assert found is not None  # one row, with or without the org and its image
             head = tuple(found[:8]) if found[0] is not None else None
-            yield _Snapshot(conn, org_id, self._read_marks(found[8:]), [head])
+            yield _Snapshot(conn, org_id, self._read_marks(found[8:18]), [head], found[18])
 
     def save_index(self, org_id: str, image: StoredIndex) -> bool:
         at, space = image.marks, image.marks.space
@@ -126,11 +132,12 @@ class _Snapshot:
     in (each is bounded by them too), so what the index applies matches `marks` exactly."""
 
     def __init__(
-        self, conn: psycopg.Connection[Any], org_id: str, marks: Marks, head: list[tuple[Any, ...] | None] | None = None
-    ) -> None:
+        self, conn: psycopg.Connection[Any], org_id: str, marks: Marks,
+        head: list[tuple[Any, ...] | None] | None = None, backlog: int | None = None,
+    ) -> None:  # fmt: skip
         # `head`: the image's row without its vectors (or None: no image), read with the marks (`FeedMixin.snapshot`'s
-        # `image`); None when it was not.
-        self._conn, self._org, self.marks, self._head = conn, org_id, marks, head
+        # `image`); None when it was not. `backlog`: the org's embed jobs, counted with them (None: not counted).
+        self._conn, self._org, self.marks, self._head, self.backlog = conn, org_id, marks, head, backlog
 
     def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
         status = "AND status = 'active'" if active_only else ""
