@@ -87,9 +87,8 @@ def test_a_later_batch_failing_still_tells_the_index_of_those_purged(grandbo, me
     assert told == [1]  # before: none, the first batch's purge untold
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the embedded store's batches wait for other writers
 def test_the_embedded_store_gives_other_writers_a_turn_between_batches_only(grandbo, memory, backend, monkeypatch):
-    if backend != "sqlite":
-        pytest.skip("the embedded store's batches wait for other writers")
     monkeypatch.setattr(sqlite_erasure, "PURGE_BATCH", 4)
     memory.remember_many([{"id": f"E{n}", "title": f"replica lag {n}", "body": "call Jane Roe"} for n in range(10)])
     slept: list[float] = []

@@ -45,9 +45,8 @@ def _asked(statements: list[str]) -> int:
     return sum(int(s.rsplit("LIMIT", 1)[1].split()[0]) if "LIMIT" in s else GROUPS for s in reads)
 
 
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # counted through SQLite's trace
 def test_a_one_alert_delivery_reads_open_groups_up_to_a_bound_on_their_words(grandbo, backend) -> None:  # type: ignore[no-untyped-def]
-    if backend != "sqlite":
-        pytest.skip("counted through SQLite's trace")
     memory = grandbo.org("storm", create=True)
     _storm(memory)
     memory.alerts.receive([Alert(source="alertmanager", event_id="w", fingerprint="w", service="warm", summary="w")])

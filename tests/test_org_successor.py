@@ -133,13 +133,13 @@ def test_re_driven_work_of_a_dropped_org_never_acts_on_the_org_created_again(gra
     assert grandbo.redriver.counts() == (0, 0)
 
 
+# --org serves the embedded store only (test_mcp ends a key's session by deleting its org)
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_mcp_session_whose_org_was_deleted_says_so_and_never_acts_on_the_new_one(
     grandbo, settings, operator, backend
 ):
     """`grandbo mcp --org acme` (the embedded store's keyless session): the org is deleted and created again while
     the session lasts, before its first write. Every call after is refused with what happened and what to do."""
-    if backend == "postgres":
-        pytest.skip("--org serves the embedded store only (test_mcp ends a key's session by deleting its org)")
     old = grandbo.org("acme", create=True)
     old.remember(OLD)
     successors: list[OrgMemory] = []

@@ -61,12 +61,12 @@ def test_purge_erases_text_and_vector_from_every_read(memory, tmp_path, backend,
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+# the embedded store's file; Postgres's dead row versions are vacuumed after an erasure
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
 def test_a_text_written_over_before_its_purge_leaves_no_copy_in_the_file(memory, settings, backend):
     """A purge set `secure_delete` off again once done, so every later write left what it freed in the file: an
     entry retired after one purge kept its old row's text in a page's free space, and its own purge later left the
     secret there. Every write zeroes what it frees."""
-    if backend != "sqlite":
-        pytest.skip("the embedded store's file; Postgres's dead row versions are vacuumed after an erasure")
     secret = "zq-secret-wolfram-7731"
     first = memory.remember({"title": "first thing to purge", "body": "nothing much"})
     second = memory.remember({"title": "second memory about redis", "body": f"the password was {secret} here " * 3})

@@ -52,6 +52,7 @@ def test_rebuild_reproduces_the_projection_exactly(grandbo, memory, raw, store):
 
 
 @pytest.mark.brief_lock_waits
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)  # the embedded store's one write lock
 def test_a_rebuilds_compare_holds_no_write_lock_and_its_replacement_keeps_a_write_made_meanwhile(
     memory, raw, store, settings, backend
 ):
@@ -59,8 +60,6 @@ def test_a_rebuilds_compare_holds_no_write_lock_and_its_replacement_keeps_a_writ
     15 s, and another org's write through a server was refused `store_busy` (probe 24). The compare reads a snapshot
     now: it answers while another process holds the file's write lock. A replacement is written under the lock, from
     the log as it is then: an entry written after the snapshot is kept."""
-    if backend != "sqlite":
-        pytest.skip("the embedded store's one write lock")
     kept = [memory.remember({"title": f"incident {n} on checkout-api", "body": f"body {n}"}) for n in range(5)]
     raw("DELETE FROM memory_entries WHERE entry_id = %s", (kept[0].id,), org="acme")
     with file_locked(settings):

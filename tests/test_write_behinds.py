@@ -296,3 +296,22 @@ def test_alerts_not_seated_in_this_process_are_not_leased_by_it(writer, monkeypa
     assert left == 9  # the 9 not seated, left to the re-driver ...
     claimable = writer._store.claim_work_of("acme", ALERT_TRIAGE, [alert.id for alert, _ in received], 16, 60)
     assert len(claimable) == left  # ... and free for it now: none leased by this process
+
+
+def test_a_flush_waits_for_the_narrations_its_alerts_triages_queued(grandbo, settings):
+    """A large delivery's alerts are triaged on the alert pool, each then narrated on the LLM's write-behind pool.
+    `flush` waited for the write-behinds, then the LLM's, then the alerts: a triage ending during that last wait
+    queued its narration on a pool already waited for, and flush returned with it still to run (fails before:
+    none of the 12 narrations asked the LLM by then)."""
+    from grandbo.ingest import flow
+    from tests.fakes import FakeEmbeddings
+    from tests.test_learning_write_behind import _with_llm
+
+    with FakeEmbeddings() as llm:
+        tuned = _with_llm(settings, llm.url).model_copy(update={"write_behind_poll_seconds": 3600})
+        with Grandbo.open(tuned, background=True) as writer:
+            memory = writer.org("acme", create=True)
+            received = flow.receive(memory, "alertmanager", _delivery(12), {})
+            writer.flush(timeout=60)
+            asked = [r for r in llm.behaviour.requests if r["path"].endswith("/chat/completions")]
+            assert len(received) == len(asked) == 12 and all(r["answered"] for r in asked)

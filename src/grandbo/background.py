@@ -157,8 +157,10 @@ class Background:
         return True
 
     def flush(self, timeout: float | None = None) -> None:
-        """Wait for the write-behinds and deferred deliveries to finish."""
-        for pool in (self.behind, self.llm_behind, self.alerts):
+        """Wait for the deferred deliveries and the write-behinds to finish, each pool after those that queue work
+        on it: an alert's triage queues its narration on `llm_behind` (waited for before the alerts, it was left
+        running)."""
+        for pool in (self.alerts, self.llm_behind, self.behind):
             if pool is not None:
                 pool.idle(timeout)
 
