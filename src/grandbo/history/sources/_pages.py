@@ -6,7 +6,8 @@ Jira, `{"incidents": [...], "pagination_meta": {...}}` incident.io, `{"data": [.
 export is one page, a JSON array of pages, or one page per line (JSON Lines). `records` walks the file with ijson's
 event parser and builds one record at a time, so memory stays flat whatever the number of pages; every record comes
 with its location ("incidents[4]", "page 2, data[1]") so a refusal says where to look. Numbers are read exactly
-(integers as int, others as Decimal): a 20-digit integer is a number, not a file that is "not JSON".
+(integers as int, others as Decimal): a 20-digit integer is a number, not a file that is "not JSON". Its encoding is
+read as a jsonl file's is (`_encoding`): UTF-8 with or without a byte order mark, UTF-16 or UTF-32 with one.
 
 What every reader says the same way: a file that is empty, not JSON or a bare value is one ImportFormatError; a page
 without the records' key is refused by its page (never skipped unseen); a record that is not an object is refused;
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, too_long
+from grandbo.history.sources._encoding import Blocks, label, utf8_blocks
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
 from grandbo.history.sources._sniff import MARKS, Judge, missing
 
@@ -117,8 +118,8 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
     """
     if _blank(path):
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
-    with path.open("rb") as handle:
-        source = _Counted(handle)
+    with utf8_blocks(path) as blocks:
+        source = _Counted(blocks)
         walk = _Walk(key, expected, singles, source, many=path.suffix.lower() in _LINES)
         try:
             for prefix, event, value in _prefixed(ijson.basic_parse(source, multiple_values=True)):
@@ -137,16 +138,24 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
             yield Refusal(location=at, reason=f"{said}; the records before it were read, the rest were not")
             return
         except (ijson.JSONError, UnicodeDecodeError) as exc:
-            said, remedy = source.broken(exc)
-            if not walk.yielded:
-                raise ImportFormatError(
-                    f"{path.name} is not JSON {said}: {remedy or expected}", detail={"path": str(path)}
-                ) from None
-            yield Refusal(
-                location=walk.here(),
-                reason=f"the file stops being JSON {said}; what came before was read: {remedy or 're-export it whole'}",
-            )
-            return
+            if not blocks.stopped:  # else the JSON broke off where the text stopped: said below
+                said, remedy = source.broken(exc)
+                marked = f" (read as {label(blocks.encoding)}, as its byte order mark says)"
+                read_as = marked if blocks.encoding != "utf-8" else ""
+                if not walk.yielded:
+                    raise ImportFormatError(
+                        f"{path.name}{read_as} is not JSON {said}: {remedy or expected}", detail={"path": str(path)}
+                    ) from None
+                remedy = remedy or "re-export it whole"
+                yield Refusal(location=walk.here(), reason=f"the file stops being JSON {said}; what came before was "
+                              f"read: {remedy}")  # fmt: skip
+                return
+    if blocks.stopped:  # the text up to there was read
+        said = f"stops being {label(blocks.encoding)} text {blocks.stopped}"
+        if not walk.yielded:
+            raise ImportFormatError(f"{path.name} {said}: re-export it whole", detail={"path": str(path)})
+        yield Refusal(location=walk.here(), reason=f"the file {said}; what came before was read: re-export it whole")
+        return
     if walk.page == 0:
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
 
@@ -243,7 +252,7 @@ class _Counted:
     hold whole (a 40 MB string took 81 MB more RSS, in its buffer and as text): `_OneValueTooLong` ends the read.
     The last two blocks read are kept, with the lines before them, to say where the JSON broke (`broken`)."""
 
-    def __init__(self, handle: BufferedReader) -> None:
+    def __init__(self, handle: Blocks) -> None:
         self.handle, self.taken, self.mark = handle, 0, 0
         self.previous, self.last = b"", b""
         self.lines, self.line_at = 0, 0  # before `previous`: the newlines, and the offset the line after the last began
@@ -273,6 +282,10 @@ class _Counted:
         """Where and why the parser stopped (`at line 3, column 21 (lexical error: ...)`), from the block it parsed
         and the text around the place its message shows (yajl's messages give no position), and the remedy when
         the place says more than the parser did (NaN, Infinity: no JSON number); else the parser's words alone."""
+        if isinstance(exc, UnicodeDecodeError):  # yajl passed a lone surrogate's bytes; Python cannot decode them
+            return "(a string in it holds half a character, a lone surrogate, which no text can hold)", (
+                "correct that string, or export the file again"
+            )
         said = exc.args[0] if exc.args else b""
         said = said if isinstance(said, bytes) else str(said).encode("utf-8", "surrogateescape")
         shown = said.splitlines()
@@ -329,10 +342,12 @@ def _blank(path: Path) -> bool:
     """Whether the file holds nothing but whitespace (read in chunks, never whole); an ImportFormatError when it
     cannot be read at all (missing, a folder, no permission)."""
     try:
-        with path.open("rb") as handle:
+        with utf8_blocks(path) as handle:  # a byte order mark alone is empty too
             while chunk := handle.read(65536):
                 if chunk.strip():
                     return False
+            if handle.stopped:  # no text, and then bytes that are none: not empty
+                return False
     except OSError as exc:
         message = f"cannot read {path}: {exc.strerror or exc}; give the path of the exported JSON file"
         raise ImportFormatError(message, detail={"path": str(path)}) from None
