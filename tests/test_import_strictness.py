@@ -70,3 +70,22 @@ def test_a_source_column_holding_no_source_name_refuses_that_record_naming_the_c
     assert report.imported == 1 and [r["location"] for r in report.refused] == ["line 1"]
     assert report.refused[0]["reason"].startswith("column 'team' (read as source): the source name 'team a' must be")
     assert memory.find("payments:I-2-f1") is not None and memory.find("team a:I-1-f1") is None
+
+
+def test_a_vendor_json_record_naming_a_key_twice_is_refused_naming_it_as_a_jsonl_line_is(tmp_path):
+    # Failed before: the record was read with its last `id` ("E") and nothing said so; jsonl refused it.
+    path = tmp_path / "pd.json"
+    path.write_text(
+        '{"incidents": [{"id": "D", "id": "E", "title": "Disk full"},'
+        ' {"id": "F", "title": "Cron overlapped", "service": {"summary": "api", "summary": "web"}},'
+        ' {"id": "G", "title": "Cert expired", "teams": [{"summary": "edge"}, {"summary": "core"}]}]}'
+    )
+    found = _read("pagerduty", path)
+    assert [item.source_id for item in found if isinstance(item, HistoricIncident)] == ["G"]
+    refused = [(item.location, item.reason) for item in found if isinstance(item, Refusal)]
+    assert [where for where, _ in refused] == ["incidents[0]", "incidents[1]"]
+    assert refused[0][1].startswith("names the key 'id' more than once in one object: the record would keep its last")
+    assert "'summary'" in refused[1][1]  # a nested object's key too; the same key in two objects is no repeat
+    lines = tmp_path / "a.jsonl"
+    lines.write_text('{"id": "D", "id": "E", "title": "Disk full"}\n')
+    assert [item.reason for item in _read("jsonl", lines) if isinstance(item, Refusal)] == [refused[0][1]]

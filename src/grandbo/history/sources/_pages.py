@@ -13,7 +13,8 @@ What every reader says the same way: a file that is empty, not JSON or a bare va
 without the records' key is refused by its page (never skipped unseen); a record that is not an object is refused;
 JSON that breaks off after some records keeps them and refuses the rest at the place it broke; a record without
 any of the vendor's own fields is refused, and a file most of whose first records are is one ImportFormatError
-naming the vendor it looks like (`_sniff`). A record over
+naming the vendor it looks like (`_sniff`). A record one of whose objects names a key twice is refused naming it,
+as a jsonl line is (a parser keeps the last value silently: `{"id": "D", "id": "E"}` was filed as E). A record over
 `MAX_RECORD` bytes or `MAX_VALUES` values is refused, as a jsonl line over it is, and read past without being built:
 built whole, one PagerDuty incident with 40 MB of `[],` in a field took 1 GB of the server's memory and 24 s.
 """
@@ -29,7 +30,7 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, repeated_key, too_long
 from grandbo.history.sources._encoding import Blocks, label, utf8_blocks
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
 from grandbo.history.sources._sniff import MARKS, Judge, missing
@@ -172,6 +173,8 @@ class _Walk:
         self.ends = ""  # the prefix whose end_map/end_array completes the record being built
         self.single = False  # the record being built is a detail answer's one object
         self.began, self.values = 0, 0  # the bytes read when the record began; its parse events so far
+        self.keys: list[set[str] | None] = []  # the keys of each object open in the record (None: an array)
+        self.repeated: str | None = None  # the first key an object of the record names twice
 
     def here(self) -> str:
         at = self.key if self.single else f"{self.key}[{self.index}]"
@@ -214,6 +217,7 @@ class _Walk:
     def _build(self, event: str, value: Any, ends: str) -> None:
         self.building, self.ends = ijson.ObjectBuilder(), ends
         self.began, self.values = self.source.taken, 1
+        self.keys, self.repeated = [set() if event == "start_map" else None], None
         self.building.event(event, value)
 
     def _inside(self, prefix: str, event: str, value: Any) -> tuple[str, Any] | Refusal | None:
@@ -225,16 +229,32 @@ class _Walk:
                 self.building = _PAST
             else:
                 self.building.event(event, value)
+                self._key(event, value)
         if prefix != self.ends or event not in ("end_map", "end_array"):
             return None
-        if self.building is _PAST:
+        if self.repeated is not None and self.building is not _PAST:  # jsonl refuses it: the last value was kept
+            found: tuple[str, Any] | Refusal = Refusal(location=self.here(), reason=repeated_key(self.repeated))
+        elif self.building is _PAST:
             size = f"about {self.source.taken - self.began:,} bytes in {self.values:,} values"
             bounds = f"{MAX_RECORD:,} bytes or {MAX_VALUES:,} values a record may be"
-            found: tuple[str, Any] | Refusal = Refusal(location=self.here(), reason=too_long(size, bounds))
+            found = Refusal(location=self.here(), reason=too_long(size, bounds))
         else:
             found = (self.here(), self.building.value)
         self.building, self.single, self.index = None, False, self.index + 1
         return found
+
+    def _key(self, event: str, value: Any) -> None:
+        """Keep the keys of the record's open objects, and the first one an object names twice (`repeated`)."""
+        if event == "map_key":
+            named = self.keys[-1]
+            if named is not None and value in named:
+                self.repeated = self.repeated if self.repeated is not None else value
+            elif named is not None:
+                named.add(value)
+        elif event in ("start_map", "start_array"):
+            self.keys.append(set() if event == "start_map" else None)
+        elif event in ("end_map", "end_array"):
+            self.keys.pop()
 
 
 class _TooDeep(ijson.JSONError):  # type: ignore[misc]

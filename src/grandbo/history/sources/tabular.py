@@ -32,7 +32,7 @@ from typing import Any
 import ijson
 
 from grandbo.errors import ImportFormatError, InvalidInputError
-from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, repeated_key, too_long
 from grandbo.history.sources._encoding import Lines, byte_lines, label
 from grandbo.history.sources._fields import kind
 from grandbo.history.sources._rows import over, parse_mapping, record_of, unreadable
@@ -102,9 +102,7 @@ def _row(raw: bytes | int, number: int, encoding: str = "utf-8") -> dict[str, An
     except NotJsonNumber as error:
         return Refusal(location=f"line {number}", reason=f"{error.args[0]}: write null or a string")
     except RepeatedKey as error:
-        return Refusal(location=f"line {number}", reason=f"names the key {error.args[0][:100]!r} more than once in "
-                       "one object: the record would keep its last value only; remove or rename the repeated key "
-                       "and import again")  # fmt: skip
+        return Refusal(location=f"line {number}", reason=repeated_key(error.args[0]))
     except RecursionError:  # Python's parser gives up at about 1,000 levels; a record's fields nest a few
         return Refusal(
             location=f"line {number}",
