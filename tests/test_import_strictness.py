@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from grandbo.errors import InvalidInputError
+from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.importer import import_history
 from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
@@ -89,3 +89,19 @@ def test_a_vendor_json_record_naming_a_key_twice_is_refused_naming_it_as_a_jsonl
     lines = tmp_path / "a.jsonl"
     lines.write_text('{"id": "D", "id": "E", "title": "Disk full"}\n')
     assert [item.reason for item in _read("jsonl", lines) if isinstance(item, Refusal)] == [refused[0][1]]
+
+
+def test_a_jsonl_file_whose_lines_end_in_a_carriage_return_alone_is_one_error_naming_it(tmp_path):
+    # Failed before: "line 1: not a JSON object: Extra data: line 1 column 90 (char 89)", the cause unnamed.
+    path = tmp_path / "mac.jsonl"
+    path.write_bytes(LINES.replace("\n", "\r").encode())
+    with pytest.raises(ImportFormatError) as refused:
+        _read("jsonl", path)
+    assert refused.value.message.startswith("mac.jsonl's lines end in a carriage return alone (classic Mac OS's line")
+    assert "`tr '\\r' '\\n' < mac.jsonl > mac-lf.jsonl`" in refused.value.message
+    path.write_bytes(LINES.replace("\n", "\r").encode("utf-16"))  # in any encoding
+    with pytest.raises(ImportFormatError, match="carriage return alone"):
+        _read("jsonl", path)
+    for ends in ("\r\n", "\n"):  # Windows' and Unix's line ends, and a carriage return inside a line, are read
+        path.write_bytes(LINES.replace(", ", ",\r ").replace("\n", ends).encode())
+        assert [item.source_id for item in _read("jsonl", path)] == ["I-0", "I-1", "I-2"]
