@@ -64,6 +64,26 @@ def test_an_argocd_sync_whose_only_time_is_unset_is_refused_naming_the_field(gra
         assert client.get("/v1/changes").json()["items"] == []
 
 
+def test_a_late_running_argocd_delivery_never_undoes_how_its_sync_ended(grandbo, org):  # noqa: F811
+    # Failed before: the Running delivery was `updated` (202): the change read "...: Running" and its `at` went back
+    # to `started_at`, moving it in triage windows.
+    _, key = org
+    start = {"started_at": "2026-12-06T00:00:00Z"}
+    with serving(grandbo) as served, served.client(key) as client:
+        for phase, times, outcome in [("Succeeded", {"finished_at": "2026-12-06T00:05:00Z"}, "new"),
+                                      ("Running", {}, "unchanged"), ("Terminating", {"finished_at": GO_ZERO}, "unchanged"),
+                                      ("", {}, "unchanged"),  # no phase: the sync status, OutOfSync
+                                      ("Failed", {"finished_at": "2026-12-06T00:06:00Z"}, "updated"),
+                                      ("running", {}, "unchanged")]:  # fmt: skip
+            sent = json.loads(_argocd(**start, **times))
+            sent.update(phase=phase, sync_status="OutOfSync")
+            answer = _post(client, "argocd", json.dumps(sent).encode()).json()
+            assert answer[outcome] == 1, (phase, answer)
+        kept = client.get("/v1/changes/argocd:shop@def456@2026-12-06T00:00:00Z").json()
+    assert kept["summary"] == "Argo CD sync of shop to def456: Failed"  # a later final phase is a correction
+    assert kept["at"] == "2026-12-06T00:06:00Z"
+
+
 UNSET_BODIES = {  # each source's one time, unset; with the field each refusal must name
     "generic": ("at", lambda t: json.dumps([{"id": "ok", "service": "cart", "at": "2026-11-30T10:00:00Z"},
                                             {"id": "zero", "service": "cart", "at": t}]).encode()),

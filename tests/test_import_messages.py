@@ -4,6 +4,7 @@ under the name the export gives a field, and how far an import stopped by Ctrl-C
 
 from __future__ import annotations
 
+import codecs
 import json
 import os
 import signal
@@ -21,9 +22,11 @@ from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
 from grandbo.history.stopped import Interrupted
 from grandbo.service import Grandbo
+from tests.serving import serving
 
 pytestmark = pytest.mark.timeout(180)
 
+DATA = Path(__file__).parent / "data" / "history"
 RECORDS = [
     {"id": "1", "title": "café checkout down", "started_at": "2024-01-01T00:00:00Z"},
     {"id": "2", "title": "ledger replica lag", "started_at": "2024-01-02T00:00:00Z"},
@@ -154,6 +157,55 @@ def test_a_vendor_json_that_breaks_says_at_which_line_and_column(tmp_path):
     first.write_text('{"incidents": [{"id": "P1", "title": "a", "x": [1, 2,}]}')
     with pytest.raises(ImportFormatError, match=r"first.json is not JSON at line 1, column 54 \(parse error"):
         _read("pagerduty", first)
+
+
+VENDOR_EXPORTS = [("pagerduty", "pagerduty/incidents_page.json"), ("opsgenie", "opsgenie/alerts_list.json"),
+                  ("jira", "jira/search_pages.json"), ("incidentio", "incidentio/incidents_pages.jsonl"),
+                  ("rootly", "rootly/incidents_pages.json")]  # fmt: skip
+MARKED = {"utf-8 with a mark": lambda text: codecs.BOM_UTF8 + text.encode(), "utf-16": lambda text: text.encode("utf-16"),
+          "utf-16-be": lambda text: codecs.BOM_UTF16_BE + text.encode("utf-16-be"),
+          "utf-32": lambda text: text.encode("utf-32")}  # fmt: skip
+
+
+@pytest.mark.parametrize(("source", "export"), VENDOR_EXPORTS)
+def test_a_vendor_json_export_with_a_byte_order_mark_is_read_in_its_encoding(source, export, tmp_path):
+    # Failed before: "not JSON at line 1, column 1 (lexical error: invalid char in json text.)", for a UTF-8 file
+    # with a mark as for the UTF-16 Windows PowerShell 5.1 writes; csv and jsonl were read in their encoding.
+    original = DATA / export
+    expected = [item.model_dump() for item in _read(source, original)]
+    assert sum(bool(item.get("source_id")) for item in expected) >= 2
+    for encoding, encode in MARKED.items():
+        path = tmp_path / f"{encoding}{original.suffix}"
+        path.write_bytes(encode(original.read_text(encoding="utf-8")))
+        assert [item.model_dump() for item in _read(source, path)] == expected, encoding
+
+
+def test_a_marked_vendor_export_through_the_rest_route_and_its_broken_encodings(grandbo, tmp_path):
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    text = (DATA / "pagerduty/incidents_page.json").read_text(encoding="utf-8")
+    with serving(grandbo) as served, served.client(admin) as client:
+        answer = client.post("/v1/import-from/pagerduty", content=text.encode("utf-16"))
+    assert answer.status_code == 200 and (answer.json()["imported"], answer.json()["refused"]) == (4, []), answer.text
+    marked = tmp_path / "mark.json"  # a byte order mark alone is an empty file, as whitespace is
+    for alone in (codecs.BOM_UTF8, " \r\n".encode("utf-16")):
+        marked.write_bytes(alone)
+        with pytest.raises(ImportFormatError, match=r"mark\.json is empty: export the incidents"):
+            _read("pagerduty", marked)
+    marked.write_bytes(text.encode("utf-16") + b"\x00")  # cut inside a character: the records before it are read
+    *read, last = _read("pagerduty", marked)
+    assert len(read) == 4 and isinstance(last, Refusal)
+    assert last.reason.startswith("the file stops being UTF-16 text at its end, inside a character; what came before")
+    wide = text.encode("utf-32")  # a UTF-32 value past U+10FFFF before the second incident: the first is read
+    at = wide.index("Search index lag".encode("utf-32-le"))
+    marked.write_bytes(wide[:at] + (0x110000).to_bytes(4, "little") + wide[at:])
+    (first, stopped) = _read("pagerduty", marked)
+    assert isinstance(first, HistoricIncident) and isinstance(stopped, Refusal)
+    assert stopped.reason.startswith(f"the file stops being UTF-32 text near byte {at:,} (code point not in range")
+    marked.write_bytes(text.replace("Checkout", "Check\ud800out", 1).encode("utf-16", "surrogatepass"))
+    with pytest.raises(ImportFormatError, match=r"\(read as UTF-16, as its byte order mark says\) is not JSON \(a "
+                       "string in it holds half a character, a lone surrogate"):  # fmt: skip
+        _read("pagerduty", marked)
 
 
 def test_the_place_json_breaks_is_found_past_the_parsers_first_blocks(tmp_path):

@@ -34,6 +34,15 @@ def too_long(size: str, limit: str) -> str:
     )
 
 
+def repeated_key(key: str) -> str:
+    """Why a record whose object names `key` twice is refused (a JSON parser keeps the last value silently): the
+    same words from the jsonl and the vendors' JSON readers."""
+    return (
+        f"names the key {key[:100]!r} more than once in one object: the record would keep its last value only; "
+        "remove or rename the repeated key and import again"
+    )
+
+
 class HistoricFinding(BaseModel):
     """One thing the team learned about the incident: a cause, what fixed it, a lesson."""
 

@@ -11,7 +11,8 @@
   task names one, else `deploy`.
 * `argocd`: the JSON of the notification template in README (the operator writes Argo CD's template, so the
   fields are ours: `app`, `revision`, `phase`, `sync_status`, `started_at`, `finished_at`, `repo_url`, `url`, and
-  optionally `service` and `kind`). One sync operation is one change (id: app, revision and start).
+  optionally `service` and `kind`). One sync operation is one change (id: app, revision and start); a later
+  delivery of it replaces it, except a phase that is not final after a final one (`_sync_replaces`).
 * `pagerduty`: a PagerDuty change event as its Events API v2 takes one (`routing_key`, `payload.summary`,
   `payload.timestamp`, `payload.source`, `payload.custom_details`, `links`). Its service is
   `custom_details.service`, else `payload.source`; its id `custom_details.id`, else a digest of the event (so a
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
 
 MAX_CHANGES = 1000  # changes in one delivery
 FINAL = ("success", "failure", "error")  # a deployment status that ends it (inactive only retires it)
+SYNC_FINAL = ("succeeded", "failed", "error")  # an Argo CD operation phase that ends a sync (Running, Terminating)
 NO_VALUE = ("", "<no value>")  # what a Go template renders for a field the application does not have
 
 
@@ -69,7 +71,11 @@ def receive(memory: OrgMemory, source: str, body: bytes, headers: Mapping[str, s
     # PagerDuty change event is never updated (PagerDuty has no such thing): a retry keeps the first one's time.
     event = headers.get("x-github-event")
     creates_only = source == "pagerduty" or (source == "github" and event == "deployment")
-    replace: Replaces = _status_replaces if source == "github" and event == "deployment_status" else not creates_only
+    replace: Replaces = not creates_only
+    if source == "github" and event == "deployment_status":
+        replace = _status_replaces
+    elif source == "argocd":
+        replace = _sync_replaces
     return memory.changes.receive(parse(source, body, headers), source, replace=replace)
 
 
@@ -81,8 +87,19 @@ def _status_replaces(known: Change, status: NewChange) -> bool:
     return now != "inactive" and not (before in FINAL and now not in FINAL)
 
 
+def _sync_replaces(known: Change, sync: NewChange) -> bool:
+    """Whether an Argo CD delivery says more than the sync stored: never a phase that is not final (Running,
+    Terminating, or no phase: the sync status) after a final one, Succeeded, Failed or Error (an on-sync-running
+    notification can arrive after the on-sync-done one: its `finished_at` is unset, and the change's summary and
+    time would go back to the start). A later final phase replaces a final one, as any redelivery that differs does:
+    one operation ends once, so that is a correction, and the history keeps the earlier one."""
+    before, now = _state(known.summary).lower(), _state(sync.summary).lower()
+    return not (before in SYNC_FINAL and now not in SYNC_FINAL)
+
+
 def _state(summary: str) -> str:
-    """The status a GitHub change's summary ends its first clause with (`... to production: success (...)`)."""
+    """The status a GitHub or Argo CD change's summary ends its first clause with (`... to production: success
+    (...)`, `Argo CD sync of shop to def456: Succeeded`)."""
     head = summary.split(" (", 1)[0]
     return head.rsplit(": ", 1)[-1].strip() if ": " in head else ""
 

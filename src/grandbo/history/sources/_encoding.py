@@ -1,13 +1,15 @@
-"""The text encoding of a csv or jsonl export, read once from its first bytes.
+"""The text encoding of a csv, jsonl or vendor JSON export, read once from its first bytes.
 
 UTF-8, with or without a byte order mark; UTF-16 or UTF-32 when a byte order mark says so, read as such: Windows
 PowerShell 5.1 writes UTF-16 with a mark for `>` and `Out-File` (as Excel does for "Unicode text"), and such a file
 was refused line by line ("line 1: not UTF-8", then "not a JSON object" for every other line). A file that looks
 like UTF-16 without a mark (a zero byte in every other place) is one error naming it, before any record is read.
+A vendor's JSON export is read the same way (`utf8_blocks`): one with a mark was "not JSON at line 1, column 1".
 """
 
 from __future__ import annotations
 
+import codecs
 import io
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -61,6 +63,30 @@ def label(encoding: str) -> str:
     return encoding.upper().removesuffix("-SIG").removesuffix("-LE").removesuffix("-BE")
 
 
+class Blocks(Protocol):
+    """What the JSON parser reads: a binary file's `read` and `readinto`, UTF-8 bytes whatever the file's encoding."""
+
+    encoding: str
+    stopped: str  # where and why the file stopped being text in its encoding (`Transcoded`), else ""
+
+    def read(self, size: int = -1, /) -> bytes: ...
+
+    def readinto(self, buffer: bytearray, /) -> int: ...
+
+
+@contextmanager
+def utf8_blocks(path: Path) -> Iterator[Blocks]:
+    """The file as UTF-8 bytes read a block at a time (`Blocks`), its byte order mark left out."""
+    encoding = encoding_of(path)
+    with path.open("rb") as handle:
+        if encoding == "utf-8":
+            if handle.read(len(UTF8_MARK)) != UTF8_MARK:
+                handle.seek(0)
+            yield _Utf8(handle)
+        else:
+            yield Transcoded(handle, encoding)
+
+
 @contextmanager
 def byte_lines(path: Path) -> Iterator[Lines]:
     """The file's lines as UTF-8 bytes (`Lines`), its byte order mark left out."""
@@ -75,11 +101,17 @@ def byte_lines(path: Path) -> Iterator[Lines]:
 
 
 class _Utf8:
-    def __init__(self, handle: IO[bytes]) -> None:
-        self.handle, self.encoding, self.cut = handle, "utf-8", False
+    def __init__(self, handle: io.BufferedReader) -> None:
+        self.handle, self.encoding, self.cut, self.stopped = handle, "utf-8", False, ""
 
     def readline(self, limit: int, /) -> bytes:
         return self.handle.readline(limit)
+
+    def read(self, size: int = -1, /) -> bytes:
+        return self.handle.read(size)
+
+    def readinto(self, buffer: bytearray, /) -> int:
+        return self.handle.readinto(buffer) or 0
 
 
 class Recoded:
@@ -101,3 +133,38 @@ class Recoded:
                 return b""
         line, self.left = self.left[:limit], self.left[limit:]
         return line
+
+
+class Transcoded:
+    """A UTF-16 or UTF-32 file as UTF-8 bytes, a block at a time (`Blocks`). Half a character (a lone surrogate)
+    passes through, for the JSON reader to refuse the string holding it (`_pages`); bytes that are no character
+    (the file cut inside one, a UTF-32 value past U+10FFFF) end the text there (`stopped`), what came before kept."""
+
+    def __init__(self, handle: IO[bytes], encoding: str) -> None:
+        self.handle, self.encoding, self.stopped = handle, encoding, ""
+        head, width = handle.read(4), 4 if encoding == "utf-32" else 2  # the mark says the byte order
+        self.codec = encoding + ("-le" if head.startswith(b"\xff\xfe") else "-be")
+        handle.seek(width)
+        self.decoder = codecs.getincrementaldecoder(self.codec)("surrogatepass")
+        self.left, self.done, self.taken = b"", False, width
+
+    def read(self, size: int = -1, /) -> bytes:
+        while not self.done and (size < 0 or len(self.left) < size):
+            raw = self.handle.read(_HEAD if size < 0 else max(size, 4))
+            try:
+                text = self.decoder.decode(raw, final=not raw)
+            except UnicodeDecodeError as error:  # what the decoder held and `raw`: the characters before it are text
+                text = codecs.decode(error.object[: error.start], self.codec, "surrogatepass")
+                where = f"near byte {self.taken + len(raw) - len(error.object) + error.start:,} ({error.reason})"
+                self.stopped, raw = where if raw else "at its end, inside a character", b""
+            self.left += text.encode("utf-8", "surrogatepass")
+            self.taken += len(raw)
+            self.done = not raw
+        taken = len(self.left) if size < 0 else size
+        data, self.left = self.left[:taken], self.left[taken:]
+        return data
+
+    def readinto(self, buffer: bytearray, /) -> int:
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)

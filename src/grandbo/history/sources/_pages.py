@@ -6,13 +6,15 @@ Jira, `{"incidents": [...], "pagination_meta": {...}}` incident.io, `{"data": [.
 export is one page, a JSON array of pages, or one page per line (JSON Lines). `records` walks the file with ijson's
 event parser and builds one record at a time, so memory stays flat whatever the number of pages; every record comes
 with its location ("incidents[4]", "page 2, data[1]") so a refusal says where to look. Numbers are read exactly
-(integers as int, others as Decimal): a 20-digit integer is a number, not a file that is "not JSON".
+(integers as int, others as Decimal): a 20-digit integer is a number, not a file that is "not JSON". Its encoding is
+read as a jsonl file's is (`_encoding`): UTF-8 with or without a byte order mark, UTF-16 or UTF-32 with one.
 
 What every reader says the same way: a file that is empty, not JSON or a bare value is one ImportFormatError; a page
 without the records' key is refused by its page (never skipped unseen); a record that is not an object is refused;
 JSON that breaks off after some records keeps them and refuses the rest at the place it broke; a record without
 any of the vendor's own fields is refused, and a file most of whose first records are is one ImportFormatError
-naming the vendor it looks like (`_sniff`). A record over
+naming the vendor it looks like (`_sniff`). A record one of whose objects names a key twice is refused naming it,
+as a jsonl line is (a parser keeps the last value silently: `{"id": "D", "id": "E"}` was filed as E). A record over
 `MAX_RECORD` bytes or `MAX_VALUES` values is refused, as a jsonl line over it is, and read past without being built:
 built whole, one PagerDuty incident with 40 MB of `[],` in a field took 1 GB of the server's memory and 24 s.
 """
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from io import BufferedReader
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +30,8 @@ import ijson
 from pydantic import ValidationError
 
 from grandbo.errors import ImportFormatError
-from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, repeated_key, too_long
+from grandbo.history.sources._encoding import Blocks, label, utf8_blocks
 from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
 from grandbo.history.sources._sniff import MARKS, Judge, missing
 
@@ -117,8 +119,8 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
     """
     if _blank(path):
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
-    with path.open("rb") as handle:
-        source = _Counted(handle)
+    with utf8_blocks(path) as blocks:
+        source = _Counted(blocks)
         walk = _Walk(key, expected, singles, source, many=path.suffix.lower() in _LINES)
         try:
             for prefix, event, value in _prefixed(ijson.basic_parse(source, multiple_values=True)):
@@ -137,16 +139,24 @@ def records(path: Path, key: str, *, expected: str, singles: bool = False) -> It
             yield Refusal(location=at, reason=f"{said}; the records before it were read, the rest were not")
             return
         except (ijson.JSONError, UnicodeDecodeError) as exc:
-            said, remedy = source.broken(exc)
-            if not walk.yielded:
-                raise ImportFormatError(
-                    f"{path.name} is not JSON {said}: {remedy or expected}", detail={"path": str(path)}
-                ) from None
-            yield Refusal(
-                location=walk.here(),
-                reason=f"the file stops being JSON {said}; what came before was read: {remedy or 're-export it whole'}",
-            )
-            return
+            if not blocks.stopped:  # else the JSON broke off where the text stopped: said below
+                said, remedy = source.broken(exc)
+                marked = f" (read as {label(blocks.encoding)}, as its byte order mark says)"
+                read_as = marked if blocks.encoding != "utf-8" else ""
+                if not walk.yielded:
+                    raise ImportFormatError(
+                        f"{path.name}{read_as} is not JSON {said}: {remedy or expected}", detail={"path": str(path)}
+                    ) from None
+                remedy = remedy or "re-export it whole"
+                yield Refusal(location=walk.here(), reason=f"the file stops being JSON {said}; what came before was "
+                              f"read: {remedy}")  # fmt: skip
+                return
+    if blocks.stopped:  # the text up to there was read
+        said = f"stops being {label(blocks.encoding)} text {blocks.stopped}"
+        if not walk.yielded:
+            raise ImportFormatError(f"{path.name} {said}: re-export it whole", detail={"path": str(path)})
+        yield Refusal(location=walk.here(), reason=f"the file {said}; what came before was read: re-export it whole")
+        return
     if walk.page == 0:
         raise ImportFormatError(f"{path.name} is empty: {expected}", detail={"path": str(path)})
 
@@ -163,6 +173,8 @@ class _Walk:
         self.ends = ""  # the prefix whose end_map/end_array completes the record being built
         self.single = False  # the record being built is a detail answer's one object
         self.began, self.values = 0, 0  # the bytes read when the record began; its parse events so far
+        self.keys: list[set[str] | None] = []  # the keys of each object open in the record (None: an array)
+        self.repeated: str | None = None  # the first key an object of the record names twice
 
     def here(self) -> str:
         at = self.key if self.single else f"{self.key}[{self.index}]"
@@ -205,6 +217,7 @@ class _Walk:
     def _build(self, event: str, value: Any, ends: str) -> None:
         self.building, self.ends = ijson.ObjectBuilder(), ends
         self.began, self.values = self.source.taken, 1
+        self.keys, self.repeated = [set() if event == "start_map" else None], None
         self.building.event(event, value)
 
     def _inside(self, prefix: str, event: str, value: Any) -> tuple[str, Any] | Refusal | None:
@@ -216,16 +229,32 @@ class _Walk:
                 self.building = _PAST
             else:
                 self.building.event(event, value)
+                self._key(event, value)
         if prefix != self.ends or event not in ("end_map", "end_array"):
             return None
-        if self.building is _PAST:
+        if self.repeated is not None and self.building is not _PAST:  # jsonl refuses it: the last value was kept
+            found: tuple[str, Any] | Refusal = Refusal(location=self.here(), reason=repeated_key(self.repeated))
+        elif self.building is _PAST:
             size = f"about {self.source.taken - self.began:,} bytes in {self.values:,} values"
             bounds = f"{MAX_RECORD:,} bytes or {MAX_VALUES:,} values a record may be"
-            found: tuple[str, Any] | Refusal = Refusal(location=self.here(), reason=too_long(size, bounds))
+            found = Refusal(location=self.here(), reason=too_long(size, bounds))
         else:
             found = (self.here(), self.building.value)
         self.building, self.single, self.index = None, False, self.index + 1
         return found
+
+    def _key(self, event: str, value: Any) -> None:
+        """Keep the keys of the record's open objects, and the first one an object names twice (`repeated`)."""
+        if event == "map_key":
+            named = self.keys[-1]
+            if named is not None and value in named:
+                self.repeated = self.repeated if self.repeated is not None else value
+            elif named is not None:
+                named.add(value)
+        elif event in ("start_map", "start_array"):
+            self.keys.append(set() if event == "start_map" else None)
+        elif event in ("end_map", "end_array"):
+            self.keys.pop()
 
 
 class _TooDeep(ijson.JSONError):  # type: ignore[misc]
@@ -243,7 +272,7 @@ class _Counted:
     hold whole (a 40 MB string took 81 MB more RSS, in its buffer and as text): `_OneValueTooLong` ends the read.
     The last two blocks read are kept, with the lines before them, to say where the JSON broke (`broken`)."""
 
-    def __init__(self, handle: BufferedReader) -> None:
+    def __init__(self, handle: Blocks) -> None:
         self.handle, self.taken, self.mark = handle, 0, 0
         self.previous, self.last = b"", b""
         self.lines, self.line_at = 0, 0  # before `previous`: the newlines, and the offset the line after the last began
@@ -273,6 +302,10 @@ class _Counted:
         """Where and why the parser stopped (`at line 3, column 21 (lexical error: ...)`), from the block it parsed
         and the text around the place its message shows (yajl's messages give no position), and the remedy when
         the place says more than the parser did (NaN, Infinity: no JSON number); else the parser's words alone."""
+        if isinstance(exc, UnicodeDecodeError):  # yajl passed a lone surrogate's bytes; Python cannot decode them
+            return "(a string in it holds half a character, a lone surrogate, which no text can hold)", (
+                "correct that string, or export the file again"
+            )
         said = exc.args[0] if exc.args else b""
         said = said if isinstance(said, bytes) else str(said).encode("utf-8", "surrogateescape")
         shown = said.splitlines()
@@ -329,10 +362,12 @@ def _blank(path: Path) -> bool:
     """Whether the file holds nothing but whitespace (read in chunks, never whole); an ImportFormatError when it
     cannot be read at all (missing, a folder, no permission)."""
     try:
-        with path.open("rb") as handle:
+        with utf8_blocks(path) as handle:  # a byte order mark alone is empty too
             while chunk := handle.read(65536):
                 if chunk.strip():
                     return False
+            if handle.stopped:  # no text, and then bytes that are none: not empty
+                return False
     except OSError as exc:
         message = f"cannot read {path}: {exc.strerror or exc}; give the path of the exported JSON file"
         raise ImportFormatError(message, detail={"path": str(path)}) from None

@@ -9,6 +9,7 @@ no export has.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -33,6 +34,9 @@ FINDINGS = ("cause", "trigger", "contributing", "remediation", "lesson", "action
 TIMES = ("started_at", "resolved_at")
 OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
 FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
+# an entry id `source:id-postmortem`, the id up to 64 characters (`decide.incident_id`), within its 128
+MAX_SOURCE = 128 - len(":") - 64 - len("-postmortem")  # 52
+_SOURCE_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
 _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
 # RE2: Python's engine took 66 s for one heading of 2,000 spaces before a last word (`\s*#*\s*$` after each
 # character the lazy title tried), and tried each of a run of blank lines against the rest of them
@@ -40,7 +44,8 @@ _HEADING = LinearPattern(r"(?m)^\s*#\s+(.+?)\s*#*\s*$")
 
 
 def parse_mapping(mapping: Mapping[str, str] | None) -> dict[str, list[str]]:
-    """The mapping as field -> columns (aliases resolved); an unknown field is an error listing the valid ones."""
+    """The mapping as field -> columns (aliases resolved); an unknown field is an error listing the valid ones, and
+    so, naming the pair, is one no record could be read through (`_mapping_problem`): each record was refused."""
     out: dict[str, list[str]] = {}
     for key, value in (mapping or {}).items():
         name = ALIASES.get(key.strip(), key.strip())
@@ -50,7 +55,34 @@ def parse_mapping(mapping: Mapping[str, str] | None) -> dict[str, list[str]]:
                 detail={"field": key},
             )
         out[name] = [value.strip()] if value.startswith("=") else [c.strip() for c in value.split("+") if c.strip()]
+        if problem := _mapping_problem(name, value.strip()):
+            raise InvalidInputError(f"--map {key.strip()}={value.strip()}: {problem}", detail={"field": key})
     return out
+
+
+def _mapping_problem(name: str, value: str) -> str | None:
+    """Why FIELD=VALUE of `--map` reads no record (an id that is no column, a constant source no id can hold)."""
+    constant = value[1:].strip() if value.startswith("=") else None
+    if name == "source_id" and constant is not None:
+        return ("a value starting with `=` is one constant for every record (source==public), and each record needs "
+                "its own id: name the column that holds it, source_id=COLUMN.")  # fmt: skip
+    if name == "source_id" and not value.replace("+", "").strip():
+        return "names no column: name the column that holds each record's id, source_id=COLUMN."
+    if constant == "":
+        return f"the `=` after `{name}=` starts a constant, and none follows: write one ({name}==VALUE), or a column."
+    if name == "source" and constant is not None and (problem := source_problem(constant)):
+        return f"{problem} (the `=` after `source=` makes it the source every record is filed under)."
+    return None
+
+
+def source_problem(source: str) -> str | None:
+    """Why `source` cannot name the source records are filed under (their incidents' ids begin with it, and an
+    entry id is at most 128 characters of letters, digits, `.`, `_`, `-`, `:` and `@`), or None."""
+    if len(source) > MAX_SOURCE or not source[:1].isalnum() or not set(source) <= _SOURCE_CHARACTERS:
+        shown = source[:60].encode("unicode_escape").decode()
+        return (f"the source name {shown!r} must be 1 to {MAX_SOURCE} letters, digits, `.`, `_` or `-`, starting "
+                "with a letter or digit")  # fmt: skip
+    return None
 
 
 def _columns(name: str) -> list[str]:
@@ -134,6 +166,8 @@ def record_of(row: Mapping[str, Any], mapped: dict[str, list[str]], source: str,
     if not data["title"] and (heading := _HEADING.search(data["postmortem"])):
         data["title"] = heading.group(1)
     named = _text(_values(row, "source", mapped)) if "source" in mapped else ""
+    if named and (problem := source_problem(named)):
+        return Refusal(location=location, reason=f"{_source_of(row, 'source', mapped)} (read as source): {problem}")
     try:
         return HistoricIncident(
             source=named or source, source_id=source_id[:500], location=location, findings=findings,

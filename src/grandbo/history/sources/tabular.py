@@ -32,7 +32,7 @@ from typing import Any
 import ijson
 
 from grandbo.errors import ImportFormatError, InvalidInputError
-from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, too_long
+from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, repeated_key, too_long
 from grandbo.history.sources._encoding import Lines, byte_lines, label
 from grandbo.history.sources._fields import kind
 from grandbo.history.sources._rows import over, parse_mapping, record_of, unreadable
@@ -102,9 +102,7 @@ def _row(raw: bytes | int, number: int, encoding: str = "utf-8") -> dict[str, An
     except NotJsonNumber as error:
         return Refusal(location=f"line {number}", reason=f"{error.args[0]}: write null or a string")
     except RepeatedKey as error:
-        return Refusal(location=f"line {number}", reason=f"names the key {error.args[0][:100]!r} more than once in "
-                       "one object: the record would keep its last value only; remove or rename the repeated key "
-                       "and import again")  # fmt: skip
+        return Refusal(location=f"line {number}", reason=repeated_key(error.args[0]))
     except RecursionError:  # Python's parser gives up at about 1,000 levels; a record's fields nest a few
         return Refusal(
             location=f"line {number}",
@@ -125,6 +123,8 @@ def _refuse_document(path: Path) -> None:
     object written over many lines (`jq .`, `json.dump(indent=2)`, PowerShell's `ConvertTo-Json`): its lines were
     refused one by one ("not a JSON object but list"), none of them saying what the file is or how to convert it."""
     with byte_lines(path) as handle:
+        _refuse_carriage_returns(path, handle.readline(MAX_RECORD + 1))
+    with byte_lines(path) as handle:
         first = next((raw for raw in _lines(handle) if isinstance(raw, int) or raw.strip()), b"")
     head = first.strip().replace(b" ", b"") if isinstance(first, bytes) else b""
     if not head.startswith(b"[") and head != b"{":  # no incident's line is an array, nor a lone `{`
@@ -139,6 +139,20 @@ def _refuse_document(path: Path) -> None:
                   "own source: pagerduty, opsgenie, jira, ...)")  # fmt: skip
     raise ImportFormatError(
         f"{path.name} is one JSON {what}, not JSON lines (one incident's object a line): {remedy}, and import that.",
+        detail={"path": path.name},
+    )
+
+
+def _refuse_carriage_returns(path: Path, first: bytes) -> None:
+    """Refuse, once, a file whose lines end in a carriage return alone (classic Mac OS's line end, some exporters'):
+    it is one line, refused as "not a JSON object: Extra data". Not read so: JSON allows a carriage return between
+    the values of one line, so a line end it cannot be told apart from everywhere."""
+    end = first.find(b"\r")
+    if end < 0 or not first[:end].strip().endswith(b"}") or not first[end:].lstrip(b"\r\t ").startswith(b"{"):
+        return  # no carriage return, or one before `\n` (CRLF) or inside a line
+    raise ImportFormatError(
+        f"{path.name}'s lines end in a carriage return alone (classic Mac OS's line end), so it reads as one line: "
+        f"end them with a newline (`tr '\\r' '\\n' < {path.name} > {path.stem}-lf.jsonl`) and import that.",
         detail={"path": path.name},
     )
 

@@ -1,0 +1,107 @@
+"""What `import-from` refuses up front, or record by record, that it filed or refused misleadingly before (probe
+30): a `--map` no record can be read through is one error naming the pair; a vendor JSON record naming a key twice
+is refused as a jsonl line is; a jsonl file whose lines end in a carriage return alone is read. Each failed before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from grandbo.errors import ImportFormatError, InvalidInputError
+from grandbo.history.importer import import_history
+from grandbo.history.record import HistoricIncident, Refusal
+from grandbo.history.registry import reader
+from tests.serving import serving
+
+LINES = "".join(json.dumps({"id": f"I-{n}", "title": f"Disk full on db-{n}", "cause": "Log rotation was off"}) + "\n"
+                for n in range(3))  # fmt: skip
+
+
+def _read(source: str, path: Path, mapping: dict[str, str] | None = None) -> list[HistoricIncident | Refusal]:
+    return [item for item in reader(source).read(path, mapping) if isinstance(item, HistoricIncident | Refusal)]
+
+
+def test_a_mapping_no_record_can_be_read_through_is_one_422_naming_it(grandbo):
+    # Failed before: 200, every record refused ("entry id 'a/b:I-0-f1' must start with a letter ...", 1,000 of
+    # them listed on a large file).
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    with serving(grandbo) as served, served.client(admin) as client:
+        refused = client.post("/v1/import-from/jsonl", params={"map": "source==a/b"}, content=LINES.encode())
+        assert refused.status_code == 422, refused.text
+        error = refused.json()["error"]
+        assert error["message"].startswith("--map source==a/b: the source name 'a/b' must be 1 to 52 letters, digits")
+        assert error["detail"]["field"] == "source"
+        filed = client.post("/v1/import-from/jsonl", params={"map": "source==public"}, content=LINES.encode())
+        assert filed.json()["imported"] == 3, filed.text
+    assert memory.find("public:I-0-f1") is not None
+
+
+@pytest.mark.parametrize(
+    ("mapping", "said"),
+    [
+        ({"source": "=" + "s" * 53}, "must be 1 to 52 letters, digits, `.`, `_` or `-`"),
+        ({"source": "=a\x00b"}, "the source name 'a\\\\x00b' must be"),
+        ({"source": "=a:b"}, "the source name 'a:b' must be"),
+        # was "no id (column '=' is empty or absent)" for every record
+        ({"source_id": "="}, "--map source_id==: a value starting with `=` is one constant for every record"),
+        ({"source_id": "=X"}, "each record needs its own id: name the column that holds it, source_id=COLUMN"),
+        ({"source_id": ""}, "--map source_id=: names no column"),
+        ({"title": "="}, "--map title==: the `=` after `title=` starts a constant, and none follows"),
+    ],
+)
+def test_a_mapping_pair_no_record_can_be_read_through_is_refused_before_any_record(mapping, said, tmp_path):
+    path = tmp_path / "a.jsonl"
+    path.write_text(LINES)
+    with pytest.raises(InvalidInputError) as refused:
+        _read("jsonl", path, mapping)
+    assert said in refused.value.message
+
+
+def test_a_source_column_holding_no_source_name_refuses_that_record_naming_the_column(memory, tmp_path):
+    # Failed before: refused as "entry id 'team a:I-1-f1' must ...", the entry's field, which no export has.
+    path = tmp_path / "a.jsonl"
+    rows = [{"id": "I-1", "title": "Disk full", "cause": "Log rotation was off", "team": "team a"},
+            {"id": "I-2", "title": "Cron overlapped", "cause": "Two schedulers ran", "team": "payments"}]  # fmt: skip
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = import_history(memory, reader("jsonl"), path, mapping={"source": "team"})
+    assert report.imported == 1 and [r["location"] for r in report.refused] == ["line 1"]
+    assert report.refused[0]["reason"].startswith("column 'team' (read as source): the source name 'team a' must be")
+    assert memory.find("payments:I-2-f1") is not None and memory.find("team a:I-1-f1") is None
+
+
+def test_a_vendor_json_record_naming_a_key_twice_is_refused_naming_it_as_a_jsonl_line_is(tmp_path):
+    # Failed before: the record was read with its last `id` ("E") and nothing said so; jsonl refused it.
+    path = tmp_path / "pd.json"
+    path.write_text(
+        '{"incidents": [{"id": "D", "id": "E", "title": "Disk full"},'
+        ' {"id": "F", "title": "Cron overlapped", "service": {"summary": "api", "summary": "web"}},'
+        ' {"id": "G", "title": "Cert expired", "teams": [{"summary": "edge"}, {"summary": "core"}]}]}'
+    )
+    found = _read("pagerduty", path)
+    assert [item.source_id for item in found if isinstance(item, HistoricIncident)] == ["G"]
+    refused = [(item.location, item.reason) for item in found if isinstance(item, Refusal)]
+    assert [where for where, _ in refused] == ["incidents[0]", "incidents[1]"]
+    assert refused[0][1].startswith("names the key 'id' more than once in one object: the record would keep its last")
+    assert "'summary'" in refused[1][1]  # a nested object's key too; the same key in two objects is no repeat
+    lines = tmp_path / "a.jsonl"
+    lines.write_text('{"id": "D", "id": "E", "title": "Disk full"}\n')
+    assert [item.reason for item in _read("jsonl", lines) if isinstance(item, Refusal)] == [refused[0][1]]
+
+
+def test_a_jsonl_file_whose_lines_end_in_a_carriage_return_alone_is_one_error_naming_it(tmp_path):
+    # Failed before: "line 1: not a JSON object: Extra data: line 1 column 90 (char 89)", the cause unnamed.
+    path = tmp_path / "mac.jsonl"
+    path.write_bytes(LINES.replace("\n", "\r").encode())
+    with pytest.raises(ImportFormatError) as refused:
+        _read("jsonl", path)
+    assert refused.value.message.startswith("mac.jsonl's lines end in a carriage return alone (classic Mac OS's line")
+    assert "`tr '\\r' '\\n' < mac.jsonl > mac-lf.jsonl`" in refused.value.message
+    path.write_bytes(LINES.replace("\n", "\r").encode("utf-16"))  # in any encoding
+    with pytest.raises(ImportFormatError, match="carriage return alone"):
+        _read("jsonl", path)
+    for ends in ("\r\n", "\n"):  # Windows' and Unix's line ends, and a carriage return inside a line, are read
+        path.write_bytes(LINES.replace(", ", ",\r ").replace("\n", ends).encode())
+        assert [item.source_id for item in _read("jsonl", path)] == ["I-0", "I-1", "I-2"]
