@@ -10,10 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+import structlog.testing
 
+from grandbo.background import FILLS_WAITING
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
+from grandbo.service import Grandbo
 from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES_DIALECT
 from grandbo.store.sql.documents import DocumentSQL
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE_DIALECT
@@ -289,3 +292,30 @@ def test_a_long_running_process_keeps_the_alerts_on_a_background_thread_after_a_
         done.wait(0.01)
     assert background._snapshots.keeps("acme", ALERTS, seen)  # kept in the background: `kept` would read them whole
     assert len(background._snapshots.kept("acme", memory._documents, ALERTS, seen)) == 2
+
+
+def test_a_full_cache_fill_queue_never_refuses_another_orgs_write_behind(grandbo, settings):
+    """Filling an org's kept alerts (a whole read, 0.3-0.8 s) has its own pool: it took places of the write-behind
+    pool, which every org's acknowledged write-behinds share, so past ~85 triaging orgs another org's request was
+    answered 503 there (review 30). A fill with no room is left to a later triage, quietly: nothing refused."""
+    limited = settings.model_copy(update={"work_queue": 2})  # two write-behinds waiting, every org's together
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, SUMMARY)
+    with Grandbo.open(limited, background=True) as process, structlog.testing.capture_logs() as logs:
+        orgs = [process.org(f"org-{n}", create=True) for n in range(4)]  # four cold orgs
+        for memory in orgs:
+            memory.alerts.receive([_alert("checkout-api", now - timedelta(days=1), SUMMARY, n=1), this])
+        process.flush()  # their receipts' upkeep done
+        pools, gate = process.pools, threading.Event()
+        try:
+            for n in range(2):  # both write-behind threads held: what is submitted there now waits
+                pools.behind.submit(f"held-{n}", gate.wait)
+            assert all(pools.fills.offer(f"filling-{n}", gate.wait) for n in range(1 + FILLS_WAITING))
+            for memory in orgs:  # each triage leaves a fill that finds no room
+                assert memory.triage(this, narrate=False).similar_alerts == 1
+            pools.admit("other", "behind")  # another org's request still finds its write-behind's place
+            assert pools.behind.stats().waiting == 0
+            assert (pools.behind.stats().refused, pools.fills.stats().refused) == (0, 0)
+            assert not [line for line in logs if line["event"] == "pool.refused"]
+        finally:
+            gate.set()
