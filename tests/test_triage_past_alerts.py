@@ -287,11 +287,31 @@ def test_a_long_running_process_keeps_the_alerts_on_a_background_thread_after_a_
     assert memory.triage(this, narrate=False).similar_alerts == 1
     done = threading.Event()
     for _ in range(3000):  # 30 s at most: a bound, never a measured time
-        if background._snapshots.keeps("acme", ALERTS, seen):
+        if background._snapshots.keeps("acme", memory._documents, ALERTS, seen):
             break
         done.wait(0.01)
-    assert background._snapshots.keeps("acme", ALERTS, seen)  # kept in the background: `kept` would read them whole
+    assert background._snapshots.keeps(
+        "acme", memory._documents, ALERTS, seen
+    )  # kept in the background: `kept` would read them whole
     assert len(background._snapshots.kept("acme", memory._documents, ALERTS, seen)) == 2
+
+
+def test_after_an_erasure_a_triage_reads_the_store_not_every_kept_alert_again(grandbo, background):
+    """An erasure rewrites documents in place: the kept alerts are read whole again. A triage after it reads the
+    store for what it needs and leaves the whole read to a background thread; `keeps` said True whatever the
+    erasure, so the triage read them all on its request (review 30)."""
+    memory = background.org("acme", create=True)
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, SUMMARY)
+    leaked = _alert("web", now - timedelta(hours=2), "web token kelp-secret leaked", n=2)
+    memory.alerts.receive([_alert("checkout-api", now - timedelta(days=1), SUMMARY, n=1), leaked, this])
+    kept = background._snapshots.kept("acme", memory._documents, ALERTS, seen)
+    assert len(kept) == 3 and background._snapshots.keeps("acme", memory._documents, ALERTS, seen)
+    assert memory.erasure.purge_text("kelp-secret", reason="a credential", actor="alice").documents
+    assert not background._snapshots.keeps("acme", memory._documents, ALERTS, seen)
+    assert background._snapshots.due("acme", "triage.keep_alerts", run.KEEP_ALERTS_EVERY)  # a fill left just now
+    assert memory.triage(this, narrate=False).similar_alerts == 1  # the store's: the same plan
+    assert not background._snapshots.keeps("acme", memory._documents, ALERTS, seen)  # not read whole on the request
 
 
 def test_a_full_cache_fill_queue_never_refuses_another_orgs_write_behind(grandbo, settings):

@@ -315,12 +315,17 @@ class Snapshots:
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
         return self._kept_read(org, documents, collection, convert, most, keys)()
 
-    def keeps(self, org: str, collection: str, convert: Callable[[Document], Any]) -> bool:
-        """Whether the org's `collection` is kept converted by `convert` (or known over its bound): its next `kept`
-        reads what was written since (the whole again only after an erasure, or in a new epoch of the org)."""
+    def keeps(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], Any]) -> bool:
+        """Whether the org's `collection` is kept converted by `convert` (or known over its bound) and its next `kept`
+        reads only what was written since: not after an erasure, in a new epoch of the org or when its version went
+        back (each reads the whole again; a triage then reads the store for what it needs and leaves the whole read
+        to a background thread). One read of the org's stamp."""
         with self._lock:
             held = self._kept.get((org, collection))
-        return held is not None and held.convert == convert
+        if held is None or held.convert != convert:
+            return False
+        epoch, (version, erased) = documents.stamp([collection, ERASURES])
+        return (held.epoch, held.erased) == (epoch, erased) and version >= held.version
 
     def _kept_read(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],
