@@ -87,11 +87,12 @@ def cited_services(incidents: Iterable[PastIncident]) -> dict[str, dict[str, Non
 
 @dataclass
 class Snapshot:
-    """An org's catalog, weights and ledger as of one documents version. Its ledger's outcomes are never read whole:
-    recall counts those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the
-    runbook (`effectiveness`), by the store (`LedgerSource`)."""
+    """An org's catalog, weights and ledger as its facts were when it was made (`facts`); it holds every documents
+    version since at which they are the same (`_Newest`). Its ledger's outcomes are never read whole: recall counts
+    those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the runbook
+    (`effectiveness`), by the store (`LedgerSource`)."""
 
-    version: int
+    version: int  # the documents version it was first made at
     topology: Topology
     weights: RerankWeights
     source: LedgerSource
@@ -221,14 +222,16 @@ class Snapshots:
         with documents.reading():
             epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
             facts = (epoch, *marks)
+            # The same facts: the newest holds this version too, read before or after those it holds (a recall asks
+            # at its view's, which may be older: taken as older, it made the newest again, then the next request did:
+            # review 29). Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in
+            # the stamp).
             held = cached if cached is not None and cached.snapshot.facts == facts else None
-            if held is None:
-                made = self._remade(org, documents, version, (epoch, marks), cached.snapshot if cached else None)
+            made = None if held is not None else self._remade(org, documents, version, (epoch, marks),
+                                                              cached.snapshot if cached else None)  # fmt: skip
         read()
-        # The same facts: the newest holds this version too, read before or after those it holds (a recall asks at its
-        # view's, which may be older: taken as older, it made the newest again, then the next request did: review 29).
-        # Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in the stamp).
-        newest = held if held is not None else _Newest(made())
+        newest = held if made is None else _Newest(made())
+        assert newest is not None, "held, or made now"
         with self._lock:
             newest.versions = (*newest.versions[-7:], version)
             self._by_org[org] = newest
