@@ -175,6 +175,21 @@ def test_a_catalog_write_past_its_dependencies_is_refused_whole(settings):
         assert [s.name for s in replaced] == ["a"]  # a replace counts what it leaves, not what it drops
 
 
+def test_a_write_that_takes_dependencies_away_passes_when_the_catalog_holds_more_than_its_limit(settings):
+    """An operator lowers GRANDBO_SERVICES_PER_ORG below what an org holds: a write that adds no service, only takes
+    dependencies away, is never refused (it is counted with the tally, and was refused "this write adds 0": review
+    30); one that adds a service still is."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        catalog = grandbo.org("acme", create=True).catalog
+        catalog.put([Service(name=f"s{n}", depends_on=[f"s{(n + 1) % 5}", f"s{(n + 2) % 5}"]) for n in range(5)])
+    with Grandbo.open(settings.model_copy(update={"services_per_org": 3})) as grandbo:
+        catalog = grandbo.org("acme").catalog
+        catalog.put([Service(name="s0", depends_on=["s1"])])
+        assert catalog.topology().services["s0"].depends_on == ["s1"]
+        with pytest.raises(ServiceLimitError):
+            catalog.put([Service(name="s5")])
+
+
 def test_writes_in_two_processes_at_once_never_pass_the_dependencies_a_catalog_may_hold(settings):
     """The dependency count was checked on each process's topology of the org, before the write: two processes (two
     stores on one database) writing at once each passed it (issue 24). Each write that adds dependencies now writes

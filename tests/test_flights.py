@@ -109,6 +109,45 @@ def test_an_error_of_another_signature_reaches_each_caller_as_its_own_copy():
     assert raised[0] is not raised[1]
 
 
+def test_each_caller_s_copy_of_an_error_is_made_without_its_init_and_holds_its_own_notes_and_detail():
+    """A class whose `__init__` formats its argument was formatted twice ("entry entry F-1 not found not found"),
+    and a note one caller added showed on the others' (review 30); an attribute in a slot is copied too."""
+
+    class Missing(Exception):
+        __slots__ = ("entry_id",)
+
+        def __init__(self, entry_id: str) -> None:
+            super().__init__(f"entry {entry_id} not found")
+            self.entry_id = entry_id
+            self.detail = {"entry_id": entry_id}
+
+    flights: NextFlight[int] = NextFlight()
+    release, began = threading.Event(), []
+
+    def read() -> int:
+        began.append(1)
+        if len(began) == 1:
+            release.wait(BOUND_S)
+            return 1
+        error = Missing("F-1")
+        error.add_note("read by the second run")
+        raise error
+
+    with ThreadPoolExecutor(3) as pool:
+        first = pool.submit(flights.run, "acme", read)
+        _until(lambda: began)
+        later = [pool.submit(flights.run, "acme", read) for _ in range(2)]
+        _until(lambda: flights.waiting("acme") == 2)
+        release.set()
+        first.result(BOUND_S)
+        raised = [future.exception(BOUND_S) for future in later]
+    assert all(type(e) is Missing and str(e) == "entry F-1 not found" for e in raised)
+    assert all(e.entry_id == "F-1" for e in raised)  # type: ignore[union-attr]
+    raised[0].add_note("said to the first caller")  # type: ignore[union-attr]
+    raised[0].detail["seen"] = True  # type: ignore[union-attr]
+    assert raised[1].__notes__ == ["read by the second run"] and raised[1].detail == {"entry_id": "F-1"}  # type: ignore[union-attr]
+
+
 @pytest.mark.parametrize("backend", ["postgres"])
 def test_four_stats_of_one_org_at_once_ask_the_database_for_one_count_at_a_time(grandbo, settings):
     """The count is held in the database (its table locked by the owner): the first read waits there, and the three

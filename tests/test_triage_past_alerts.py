@@ -10,10 +10,13 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+import structlog.testing
 
+from grandbo.background import FILLS_WAITING
 from grandbo.ingest.alert import Alert
 from grandbo.memory import OrgMemory
 from grandbo.model import utcnow
+from grandbo.service import Grandbo
 from grandbo.store.postgres.dialect import DOCUMENTS as POSTGRES_DIALECT
 from grandbo.store.sql.documents import DocumentSQL
 from grandbo.store.sqlite.dialect import DOCUMENTS as SQLITE_DIALECT
@@ -284,8 +287,55 @@ def test_a_long_running_process_keeps_the_alerts_on_a_background_thread_after_a_
     assert memory.triage(this, narrate=False).similar_alerts == 1
     done = threading.Event()
     for _ in range(3000):  # 30 s at most: a bound, never a measured time
-        if background._snapshots.keeps("acme", ALERTS, seen):
+        if background._snapshots.keeps("acme", memory._documents, ALERTS, seen):
             break
         done.wait(0.01)
+    assert background._snapshots.keeps(
+        "acme", memory._documents, ALERTS, seen
+    )  # kept in the background: `kept` would read them whole
     assert len(background._snapshots.kept("acme", memory._documents, ALERTS, seen)) == 2
-    assert background._snapshots.keeps("acme", ALERTS, seen)
+
+
+def test_after_an_erasure_a_triage_reads_the_store_not_every_kept_alert_again(grandbo, background):
+    """An erasure rewrites documents in place: the kept alerts are read whole again. A triage after it reads the
+    store for what it needs and leaves the whole read to a background thread; `keeps` said True whatever the
+    erasure, so the triage read them all on its request (review 30)."""
+    memory = background.org("acme", create=True)
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, SUMMARY)
+    leaked = _alert("web", now - timedelta(hours=2), "web token kelp-secret leaked", n=2)
+    memory.alerts.receive([_alert("checkout-api", now - timedelta(days=1), SUMMARY, n=1), leaked, this])
+    kept = background._snapshots.kept("acme", memory._documents, ALERTS, seen)
+    assert len(kept) == 3 and background._snapshots.keeps("acme", memory._documents, ALERTS, seen)
+    assert memory.erasure.purge_text("kelp-secret", reason="a credential", actor="alice").documents
+    assert not background._snapshots.keeps("acme", memory._documents, ALERTS, seen)
+    assert background._snapshots.due("acme", "triage.keep_alerts", run.KEEP_ALERTS_EVERY)  # a fill left just now
+    assert memory.triage(this, narrate=False).similar_alerts == 1  # the store's: the same plan
+    assert not background._snapshots.keeps("acme", memory._documents, ALERTS, seen)  # not read whole on the request
+
+
+def test_a_full_cache_fill_queue_never_refuses_another_orgs_write_behind(grandbo, settings):
+    """Filling an org's kept alerts (a whole read, 0.3-0.8 s) has its own pool: it took places of the write-behind
+    pool, which every org's acknowledged write-behinds share, so past ~85 triaging orgs another org's request was
+    answered 503 there (review 30). A fill with no room is left to a later triage, quietly: nothing refused."""
+    limited = settings.model_copy(update={"work_queue": 2})  # two write-behinds waiting, every org's together
+    now = utcnow().replace(microsecond=0)
+    this = _alert("checkout-api", now, SUMMARY)
+    with Grandbo.open(limited, background=True) as process, structlog.testing.capture_logs() as logs:
+        orgs = [process.org(f"org-{n}", create=True) for n in range(4)]  # four cold orgs
+        for memory in orgs:
+            memory.alerts.receive([_alert("checkout-api", now - timedelta(days=1), SUMMARY, n=1), this])
+        process.flush()  # their receipts' upkeep done
+        pools, gate = process.pools, threading.Event()
+        try:
+            for n in range(2):  # both write-behind threads held: what is submitted there now waits
+                pools.behind.submit(f"held-{n}", gate.wait)
+            assert all(pools.fills.offer(f"filling-{n}", gate.wait) for n in range(1 + FILLS_WAITING))
+            for memory in orgs:  # each triage leaves a fill that finds no room
+                assert memory.triage(this, narrate=False).similar_alerts == 1
+            pools.admit("other", "behind")  # another org's request still finds its write-behind's place
+            assert pools.behind.stats().waiting == 0
+            assert (pools.behind.stats().refused, pools.fills.stats().refused) == (0, 0)
+            assert not [line for line in logs if line["event"] == "pool.refused"]
+        finally:
+            gate.set()

@@ -4,6 +4,10 @@
 * `narration`: a triage's LLM narration (half as many threads): a slow LLM never holds a recall's thread.
 * `behind`: write-behinds after a request committed (an incident close's memories, alert retention).
 * `llm_behind`: write-behinds that wait on an LLM (an edit's classification, an alert plan's narration).
+* `fills`: an org's kept alerts filled off the request (a whole read of up to 10,000 alerts), one thread, one fill
+  of an org at a time and few waiting: a fill with no room is left to a later triage, quietly, and none holds
+  another pool's place (in `behind`, past ~85 triaging orgs their fills took the places of acknowledged
+  write-behinds: review 30), nor a closing process (those waiting are dropped).
 * `alerts`: the triage of a large webhook delivery, after its 202, one task per alert: an organization holds
   at most `GRANDBO_ALERT_ORG_BACKLOG` alerts in it (the process, that over `GRANDBO_WORK_ORG_SHARE`), and no more
   than its measured triage time drains in `GRANDBO_ALERT_ORG_BACKLOG_SECONDS` once it holds some (a large org's
@@ -17,7 +21,7 @@
   each reads its org's whole log and documents, and a few abandoned ones of one admin key held every thread of
   both servers for minutes (probe 16). The next is answered 429 (its org's) or 503 with a Retry-After.
 
-`behind`, `llm_behind` and `alerts` exist in a long-running process only (elsewhere such work runs before the
+`behind`, `llm_behind`, `fills` and `alerts` exist in a long-running process only (elsewhere such work runs before the
 call returns).
 A request checks its org's room (`admit`) before the write whose follow-up it hands over, and is answered
 429 or 503 with Retry-After when there is none. A follow-up that still finds the pool full (two requests
@@ -57,6 +61,7 @@ Kind = Literal["triage", "behind", "llm_behind", "alerts"]
 # retrying every few milliseconds would otherwise spend a core on deliveries refused after their parse, while a
 # group sent again with nothing new (every group_interval, minutes apart) still finds a read free and is taken.
 READS_WHILE_REFUSED_PER_S, READS_WHILE_REFUSED_BURST = 2.0, 8
+FILLS_WAITING = 8  # cache fills waiting for the one thread, every org's together (each org's one at most)
 
 
 class Background:
@@ -68,6 +73,7 @@ class Background:
         self.narration = BoundedPool("narration", max(1, workers // 2), queue, share)
         self.behind = BoundedPool("write-behind", 2, queue, share) if threads else None
         self.llm_behind = BoundedPool("llm-write-behind", 2, queue, share) if threads else None
+        self.fills = BoundedPool("cache-fill", 1, FILLS_WAITING, 1.0, org_held=1) if threads else None
         backlog = settings.alert_org_backlog
         alert_queue = max(math.ceil(backlog / share) - 2, backlog)  # every org's alerts, waiting, together
         self.alerts = BoundedPool("alert-triage", 2, alert_queue, share, org_held=backlog, org_error=AlertBacklogError,
@@ -83,7 +89,8 @@ class Background:
         self._refused_lock = threading.Lock()
 
     def pools(self) -> list[BoundedPool]:
-        every = (self.triage, self.narration, self.behind, self.llm_behind, self.alerts, self.imports, self.erasures)
+        every = (self.triage, self.narration, self.behind, self.llm_behind, self.fills, self.alerts, self.imports,
+                 self.erasures)  # fmt: skip
         return [p for p in every if p is not None]
 
     def _later(self, kind: Kind) -> BoundedPool | None:
@@ -179,5 +186,6 @@ class Background:
                 log.warning("pool.left_queued", pool=pool.name, tasks=left, seconds=CLOSE_DRAIN_SECONDS)
         if self.erasures is not None:
             self.erasures.shutdown(wait=True, timeout=None)
-        for pool in (self.triage, self.narration, self.imports):
-            pool.shutdown(wait=False, timeout=1)
+        for pool in (self.triage, self.narration, self.fills, self.imports):
+            if pool is not None:
+                pool.shutdown(wait=False, timeout=1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import threading
+import types
 from collections.abc import Callable, Hashable, Iterator
 from typing import Generic, TypeVar, cast
 
@@ -35,13 +36,31 @@ class _Run(Generic[V]):
 
 def _own(error: BaseException) -> BaseException:
     """A copy of `error` for one caller to raise: an exception raised in several threads at once gathers each one's
-    traceback in its one `__traceback__` (review 29). Of the same type, arguments and attributes."""
-    try:
-        own = copy.copy(error)
-    except Exception:  # a class whose `__init__` takes other arguments than its `args`: not called again
-        own = type(error).__new__(type(error), *error.args)
-        own.__dict__.update(vars(error))
+    traceback in its one `__traceback__` (review 29). Of the same type, arguments and attributes, its lists and
+    dicts (`__notes__`, a `detail`) its own: a note one caller adds is not on the others'. A class's own `__init__`
+    is not run again (it may format its arguments: "entry entry F-1 not found not found"); a builtin's is (OSError's
+    errno, UnicodeError's fields are set there, not in `__dict__`)."""
+    kind = type(error)
+    own: BaseException | None = None
+    if not isinstance(kind.__init__, types.FunctionType):
+        with contextlib.suppress(Exception):  # one whose arguments are not its `args`: made without `__init__`
+            own = copy.copy(error)
+    if own is None:
+        own = kind.__new__(kind, *error.args)
+        own.args = error.args
+    for name in {name for cls in kind.__mro__ for name in _slots(cls)}:
+        if hasattr(error, name):
+            setattr(own, name, getattr(error, name))
+    own.__dict__.update({name: copy.copy(value) if isinstance(value, list | dict) else value
+                         for name, value in vars(error).items()})  # fmt: skip
     return own.with_traceback(None)
+
+
+def _slots(cls: type) -> tuple[str, ...]:
+    slots = vars(cls).get("__slots__", ())
+    return tuple(
+        name for name in ((slots,) if isinstance(slots, str) else slots) if name not in ("__dict__", "__weakref__")
+    )
 
 
 class NextFlight(Generic[V]):

@@ -101,7 +101,7 @@ class OrgMemory:
         self._recall = Recall(org, search, policy, provider, partial(snapshots.get, org, documents),
                               entries.unembeddable)  # fmt: skip
         self._snapshot: Callable[[], Snapshot] = lambda: snapshots.get(org, documents)
-        self._kept, self._keeps = partial(snapshots.kept, org, documents), partial(snapshots.keeps, org)
+        self._kept, self._keeps = partial(snapshots.kept, org, documents), partial(snapshots.keeps, org, documents)
         self._due, self._due_again = partial(snapshots.due, org), partial(snapshots.due_again, org)
 
     @cached_property

@@ -122,6 +122,15 @@ class BoundedPool:
             self._queue_task(org, task, future, deadline)
         return future
 
+    def offer(self, org: str, task: Callable[[], Any]) -> bool:
+        """Queue `task` for `org` when there is room, else leave it (False), quietly: nothing counted nor logged as
+        refused. For work a later call does again when this one finds no room (a cache's fill)."""
+        with self._cond:
+            if self._closed or self._refusal(org, 1) is not None:
+                return False
+            self._queue_task(org, task, Future(), None)
+        return True
+
     def _queue_task(self, org: str, task: Callable[[], Any], future: Future[Any], deadline: float | None) -> None:
         self._queue_tasks(org, [(task, future)], deadline)
 

@@ -87,11 +87,12 @@ def cited_services(incidents: Iterable[PastIncident]) -> dict[str, dict[str, Non
 
 @dataclass
 class Snapshot:
-    """An org's catalog, weights and ledger as of one documents version. Its ledger's outcomes are never read whole:
-    recall counts those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the
-    runbook (`effectiveness`), by the store (`LedgerSource`)."""
+    """An org's catalog, weights and ledger as its facts were when it was made (`facts`); it holds every documents
+    version since at which they are the same (`_Newest`). Its ledger's outcomes are never read whole: recall counts
+    those of its candidates' runbooks (`win_rates`, `used_on`), a runbook's record those of the runbook
+    (`effectiveness`), by the store (`LedgerSource`)."""
 
-    version: int
+    version: int  # the documents version it was first made at
     topology: Topology
     weights: RerankWeights
     source: LedgerSource
@@ -221,14 +222,16 @@ class Snapshots:
         with documents.reading():
             epoch, marks = documents.stamp([*FACTS, ERASURES])  # an erasure rewrites them in place
             facts = (epoch, *marks)
+            # The same facts: the newest holds this version too, read before or after those it holds (a recall asks
+            # at its view's, which may be older: taken as older, it made the newest again, then the next request did:
+            # review 29). Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in
+            # the stamp).
             held = cached if cached is not None and cached.snapshot.facts == facts else None
-            if held is None:
-                made = self._remade(org, documents, version, (epoch, marks), cached.snapshot if cached else None)
+            made = None if held is not None else self._remade(org, documents, version, (epoch, marks),
+                                                              cached.snapshot if cached else None)  # fmt: skip
         read()
-        # The same facts: the newest holds this version too, read before or after those it holds (a recall asks at its
-        # view's, which may be older: taken as older, it made the newest again, then the next request did: review 29).
-        # Versions are never compared: a dropped org made again starts over at 0 (its new epoch is in the stamp).
-        newest = held if held is not None else _Newest(made())
+        newest = held if made is None else _Newest(made())
+        assert newest is not None, "held, or made now"
         with self._lock:
             newest.versions = (*newest.versions[-7:], version)
             self._by_org[org] = newest
@@ -315,12 +318,17 @@ class Snapshots:
         org's alerts, the alert without the recall and plan kept with it: 1 KB of JSON, not 24)."""
         return self._kept_read(org, documents, collection, convert, most, keys)()
 
-    def keeps(self, org: str, collection: str, convert: Callable[[Document], Any]) -> bool:
-        """Whether the org's `collection` is kept converted by `convert` (or known over its bound): its next `kept`
-        reads what was written since (the whole again only after an erasure, or in a new epoch of the org)."""
+    def keeps(self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], Any]) -> bool:
+        """Whether the org's `collection` is kept converted by `convert` (or known over its bound) and its next `kept`
+        reads only what was written since: not after an erasure, in a new epoch of the org or when its version went
+        back (each reads the whole again; a triage then reads the store for what it needs and leaves the whole read
+        to a background thread). One read of the org's stamp."""
         with self._lock:
             held = self._kept.get((org, collection))
-        return held is not None and held.convert == convert
+        if held is None or held.convert != convert:
+            return False
+        epoch, (version, erased) = documents.stamp([collection, ERASURES])
+        return (held.epoch, held.erased) == (epoch, erased) and version >= held.version
 
     def _kept_read(
         self, org: str, documents: OrgDocuments, collection: str, convert: Callable[[Document], T],

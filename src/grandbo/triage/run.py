@@ -17,7 +17,6 @@ times out) on its thread, one still waiting is skipped, never run for nobody.
 
 from __future__ import annotations
 
-import contextlib
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import CancelledError, Future
@@ -293,13 +292,12 @@ class Triage:
             seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
             if seen is not None:
                 return seen
-        elif (behind := self._pools.behind) is not None and self._due("triage.keep_alerts", KEEP_ALERTS_EVERY):
+        elif (fills := self._pools.fills) is not None and self._due("triage.keep_alerts", KEEP_ALERTS_EVERY):
 
             def keep() -> None:
                 self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
 
-            with contextlib.suppress(OverloadedError):  # busy: a later triage keeps them
-                behind.submit(self._memory.org, lambda: run_guarded(keep))
+            fills.offer(self._memory.org, lambda: run_guarded(keep))  # no room: a later triage keeps them
         return self._stored_alerts(alert, topology, at, received, now, window)
 
     def _stored_alerts(
