@@ -17,7 +17,6 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -87,20 +86,6 @@ def copies_erased(entry_ids: Sequence[str]) -> Callable[[Any, str], Any]:
     return lambda data, _: entry_erased(data, ids)
 
 
-class _Survey:
-    """A purge's survey (`purge_batches`): the rewrite erasing the copies of every entry it purges, whose `find`
-    keeps of each row it changes only its key, indexed by the ids of those entries the row holds; each batch's
-    `apply` reads its rows again by key and rewrites them (as it does any row changed since its read). Kept as read,
-    rewritten and as its strings, the rows of a survey of 2,000 documents quoting 500 entries (5 batches) held
-    114 MiB at its peak (review 30)."""
-
-    def __init__(self, entry_ids: Sequence[str]) -> None:
-        self.ids = frozenset(entry_ids)
-
-    def __call__(self, data: Any, _: str) -> Any:
-        return entry_erased(data, self.ids)
-
-
 def purge_batches(
     found: Callable[[Callable[[Any, str], Any], Sequence[str]], DocumentRewrite], entry_ids: Sequence[str], size: int
 ) -> Iterator[tuple[list[str], DocumentRewrite]]:
@@ -113,7 +98,7 @@ def purge_batches(
     if len(batches) < 2:
         yield from ((batch, found(copies_erased(batch), batch)) for batch in batches)
         return
-    survey = found(_Survey(ids), COPY_KEYS)
+    survey = found(copies_erased(ids), COPY_KEYS)
     for batch in batches:
         yield batch, survey.narrowed(copies_erased(batch), batch)
 
@@ -167,7 +152,7 @@ class _Row:
     keys: tuple[Any, ...]
     collection: str  # of the document the row is (of)
     own_id: str  # the id of the document the row is (of)
-    held: Any  # its data as the database gave it (None: read again at `apply`, a survey's row: `_Survey`)
+    held: Any  # its data as the database gave it
     erased: Any  # decoded and rewritten
     grown: int  # by how many bytes the rewrite changed a history event's size (`storage.size`; 0 for a document)
     forgets: tuple[tuple[str, str], ...] = ()  # the documents deleted with its rewrite (`forget`)
@@ -191,7 +176,7 @@ class DocumentRewrite:
         self._d, self._org, self._rewrite, self._holding = dialect, org_id, rewrite, holding.lower()
         self._decode, self._encode, self._mentioning, self._sieve = decode, encode, list(mentioning), sieve
         self._found: list[_Row] | None = None
-        self._holders: dict[str, list[int]] = {}  # a survey's: each id -> the found rows that hold it (`narrowed`)
+        self._held_strings: list[frozenset[str]] | None = None  # each found row's strings (`narrowed`)
         self._seq = 0  # the org's last history event when the rows were found
 
     def find(self, conn: Any) -> None:
@@ -199,36 +184,33 @@ class DocumentRewrite:
         p = self._d.param
         (self._seq,) = conn.execute(f"SELECT coalesce(max(seq), 0) FROM document_events WHERE org_id = {p}",
                                     (self._org,)).fetchone()  # fmt: skip
-        self._found, self._holders = [], {}
-        surveyed = self._rewrite.ids if isinstance(self._rewrite, _Survey) else None
+        self._found = []
         for table, key in ERASABLE:
             for *keys, collection, own_id, held in (tuple(r) for r, _ in self._stream(conn, *self._rows(table, key))):
                 if table == "document_events" and keys[0] > self._seq:
                     continue  # written after the mark (a read that is not one snapshot, Postgres's): `apply`'s
-                for row in self._changed(table, key, tuple(keys), collection, own_id, held):
-                    if surveyed is not None:
-                        for entry_id in surveyed.intersection(_strings(self._decode(row.held))):
-                            self._holders.setdefault(entry_id, []).append(len(self._found))
-                        row = dataclasses.replace(row, held=None, erased=None, forgets=())
-                    self._found.append(row)
+                self._found += self._changed(table, key, tuple(keys), collection, own_id, held)
 
     def narrowed(self, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str]) -> DocumentRewrite:
-        """The rewrite by `rewrite` of this survey's rows (`_Survey`: the copies of every entry a purge purges,
-        `purge_batches`) whose data held one of `mentioning` as a whole JSON string, found without a read: their
-        keys. Its `apply` reads each of those rows again by key and rewrites what it holds then, and what was written
-        since the survey's read, so a copy written between the batches is erased."""
+        """This rewrite's rows as `rewrite` changes them, found without a read: those whose data holds one of
+        `mentioning` as a whole JSON string, from a `find` whose rewrite covers them all (a purge's survey of the
+        copies of every entry it purges, `purge_batches`). Its `apply` reads again, as any rewrite's does, each of
+        those rows and what was written since the survey's read, so a copy written between the batches is erased."""
         assert self._found is not None, "find() first, in a read of its own"
         narrow = DocumentRewrite(self._d, self._org, rewrite, decode=self._decode, encode=self._encode,
                                  mentioning=mentioning, stream=self._stream, forget=self._forget)  # fmt: skip
-        held = sorted({at for entry_id in mentioning for at in self._holders.get(entry_id, ())})
-        narrow._seq, narrow._found = self._seq, [self._found[at] for at in held]  # read again at `apply`
+        if self._held_strings is None:  # once for every batch of the survey: its rows decoded once
+            self._held_strings = [frozenset(_strings(self._decode(row.held))) for row in self._found]
+        narrow._seq, narrow._found, wanted = self._seq, [], set(mentioning)
+        for row, strings in zip(self._found, self._held_strings, strict=True):
+            if not wanted.isdisjoint(strings):
+                narrow._found += narrow._changed(row.table, row.key, row.keys, row.collection, row.own_id, row.held)
         return narrow
 
     def apply(self, conn: Any) -> Rewritten:
         """Write the rewrites on `conn`, inside the backend's erasure of the org: what `find` found, each row read
         again by its key, then what was written since; then the documents `forget` names deleted, with their history."""
         assert self._found is not None, "find() first, in a read of its own"
-        assert not isinstance(self._rewrite, _Survey), "a survey's rows are not rewritten: apply each narrowed()"
         rows: list[_Row] = []
         for row in self._found:
             now = self._now(conn, row.table, row.key, row.keys)
