@@ -32,7 +32,7 @@ def test_a_mapping_no_record_can_be_read_through_is_one_422_naming_it(grandbo):
         refused = client.post("/v1/import-from/jsonl", params={"map": "source==a/b"}, content=LINES.encode())
         assert refused.status_code == 422, refused.text
         error = refused.json()["error"]
-        assert error["message"].startswith("--map source==a/b: the source name 'a/b' must be 1 to 52 letters, digits")
+        assert error["message"].startswith("--map source==a/b: the source name 'a/b' must be 1 to 123 letters, digits")
         assert error["detail"]["field"] == "source"
         filed = client.post("/v1/import-from/jsonl", params={"map": "source==public"}, content=LINES.encode())
         assert filed.json()["imported"] == 3, filed.text
@@ -42,9 +42,10 @@ def test_a_mapping_no_record_can_be_read_through_is_one_422_naming_it(grandbo):
 @pytest.mark.parametrize(
     ("mapping", "said"),
     [
-        ({"source": "=" + "s" * 53}, "must be 1 to 52 letters, digits, `.`, `_` or `-`"),
+        ({"source": "=" + "s" * 124}, "must be 1 to 123 letters, digits, `.`, `_`, `:`, `@` or `-`"),
         ({"source": "=a\x00b"}, "the source name 'a\\\\x00b' must be"),
-        ({"source": "=a:b"}, "the source name 'a:b' must be"),
+        ({"source": "=ops/acme"}, "the source name 'ops/acme' must be"),
+        ({"source": "=-ops"}, "the source name '-ops' must be"),
         # was "no id (column '=' is empty or absent)" for every record
         ({"source_id": "="}, "--map source_id==: a value starting with `=` is one constant for every record"),
         ({"source_id": "=X"}, "each record needs its own id: name the column that holds it, source_id=COLUMN"),
@@ -58,6 +59,17 @@ def test_a_mapping_pair_no_record_can_be_read_through_is_refused_before_any_reco
     with pytest.raises(InvalidInputError) as refused:
         _read("jsonl", path, mapping)
     assert said in refused.value.message
+
+
+@pytest.mark.parametrize("source", ["ops@acme", "a:b", "s" * 60, "s" * 123])
+def test_a_source_an_entry_id_can_begin_imports_every_record(source, memory, tmp_path):
+    # Failed before: 422 "the source name ... must be 1 to 52 letters, digits, `.`, `_` or `-`" for these, each of
+    # which an entry id holds (`ops@acme:I-0-f1`), and imported every record before that check came.
+    path = tmp_path / "a.jsonl"
+    path.write_text(LINES.replace('"I-', '"'))  # ids "0", "1", "2": `s` * 123 + ":0-f1" is 128 characters
+    report = import_history(memory, reader("jsonl"), path, mapping={"source": "=" + source})
+    assert report.imported == 3 and not report.refused, report.refused
+    assert memory.find(f"{source}:0-f1") is not None
 
 
 def test_a_source_column_holding_no_source_name_refuses_that_record_naming_the_column(memory, tmp_path):
