@@ -15,6 +15,8 @@ from grandbo.history.record import HistoricIncident, Refusal
 from grandbo.history.registry import reader
 from tests.serving import serving
 
+DATA = Path(__file__).parent / "data" / "history"
+
 LINES = "".join(json.dumps({"id": f"I-{n}", "title": f"Disk full on db-{n}", "cause": "Log rotation was off"}) + "\n"
                 for n in range(3))  # fmt: skip
 
@@ -117,3 +119,45 @@ def test_a_jsonl_file_whose_lines_end_in_a_carriage_return_alone_is_one_error_na
     for ends in ("\r\n", "\n"):  # Windows' and Unix's line ends, and a carriage return inside a line, are read
         path.write_bytes(LINES.replace(", ", ",\r ").replace("\n", ends).encode())
         assert [item.source_id for item in _read("jsonl", path)] == ["I-0", "I-1", "I-2"]
+
+
+def test_a_lone_surrogate_in_a_utf16_vendor_export_is_read_as_its_json_escape_is(tmp_path):
+    # Failed before: the whole file was one error ("is not JSON (a string in it holds half a character, a lone
+    # surrogate ..."), no record read; now the string holding it is what the same file in UTF-8 with the escape
+    # `\ud800` gives: a field of no text, read as absent (counted, `fields_ignored`), the records all read.
+    text = (DATA / "pagerduty/incidents_page.json").read_text(encoding="utf-8")
+    wide, escaped = tmp_path / "wide.json", tmp_path / "escaped.json"
+    wide.write_bytes(text.replace("Checkout", "Check\ud800out", 1).encode("utf-16", "surrogatepass"))
+    escaped.write_text(text.replace("Checkout", "Check\\ud800out", 1))
+    read = _read("pagerduty", wide)
+    assert len(read) == 4 and all(isinstance(item, HistoricIncident) for item in read)
+    assert [item.model_dump() for item in read] == [item.model_dump() for item in _read("pagerduty", escaped)]
+    assert sum(len(item.ignored) for item in read if isinstance(item, HistoricIncident)) == 1
+
+
+@pytest.mark.parametrize(
+    ("bad", "said"),
+    [
+        (b"\xed\xa0\x80", "a string in it holds half a character, a lone surrogate"),
+        (b"\xc0\x80", "a string in it holds bytes that are no UTF-8 character (invalid start byte, byte 0xc0)"),
+        (b"\xf4\x90\x80\x80", "holds bytes that are no UTF-8 character (invalid continuation byte, byte 0xf4)"),
+        (b"\xed\xa0\xbd\xed\xb8\x80", "holds a character as CESU-8 writes it (each half of a surrogate pair as 3"),
+    ],
+)
+def test_bytes_of_no_utf8_character_in_a_vendor_export_are_named_for_what_they_are(bad, said, tmp_path):
+    # Failed before: each was "half a character, a lone surrogate".
+    text = (DATA / "pagerduty/incidents_page.json").read_text(encoding="utf-8")
+    path = tmp_path / "pd.json"
+    path.write_bytes(text.encode().replace(b"Checkout", b"Check" + bad + b"out", 1))
+    with pytest.raises(ImportFormatError) as refused:
+        _read("pagerduty", path)
+    assert said in refused.value.message
+
+
+@pytest.mark.parametrize("mark", [b"\xff\xfe", b"\xfe\xff", b"\xff\xfe\x00\x00"])
+def test_a_vendor_export_holding_only_a_utf16_or_utf32_mark_is_empty(mark, tmp_path):
+    # Failed before for UTF-16's: "not JSON at line 1, column 1".
+    path = tmp_path / "pd.json"
+    path.write_bytes(mark)
+    with pytest.raises(ImportFormatError, match=r"pd\.json is empty: export the incidents"):
+        _read("pagerduty", path)
