@@ -1,6 +1,8 @@
 """What `import-from` refuses up front, or record by record, that it filed or refused misleadingly before (probe
-30): a `--map` no record can be read through is one error naming the pair; a vendor JSON record naming a key twice
-is refused as a jsonl line is; a jsonl file whose lines end in a carriage return alone is read. Each failed before."""
+30): a `--map` no record can be read through is one error naming the pair (a source an entry id can begin is no such
+pair); a vendor JSON record naming a key twice is refused as a jsonl line is; a jsonl file whose lines end in a
+carriage return alone is refused as one error naming that; a UTF-16 vendor export's lone surrogate ends no longer
+the whole file, and bytes of no UTF-8 character are named for what they are. Each failed before."""
 
 from __future__ import annotations
 
