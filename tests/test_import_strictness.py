@@ -163,3 +163,11 @@ def test_a_vendor_export_holding_only_a_utf16_or_utf32_mark_is_empty(mark, tmp_p
     path.write_bytes(mark)
     with pytest.raises(ImportFormatError, match=r"pd\.json is empty: export the incidents"):
         _read("pagerduty", path)
+
+
+@pytest.mark.parametrize("source", ["jsonl", "csv"])
+def test_a_jsonl_or_csv_file_holding_only_a_utf16_mark_reads_as_an_empty_one(source, tmp_path):
+    # Failed before: "line 1: not UTF-8 (byte 0xff ...)" (jsonl), "is not a UTF-8 CSV file" (csv).
+    path = tmp_path / f"a.{source}"
+    path.write_bytes(b"\xff\xfe")
+    assert _read(source, path) == []
