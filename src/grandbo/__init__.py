@@ -66,13 +66,15 @@ _HOMES = {"Settings": "config", "GrandboError": "errors", "OrgMemory": "memory",
           "TriagePlan": "triage"}  # fmt: skip
 
 
-def __getattr__(name: str) -> Any:
-    if name not in __all__:
-        raise AttributeError(f"module 'grandbo' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"grandbo.{_HOMES.get(name, 'model')}"), name)
-    globals()[name] = value  # imported once
-    return value
+# only at run time: to mypy a module `__getattr__` makes every unknown `grandbo.X` Any (`from grandbo import Grandob`)
+if not TYPE_CHECKING:
 
+    def __getattr__(name: str) -> Any:
+        if name not in __all__:
+            raise AttributeError(f"module 'grandbo' has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"grandbo.{_HOMES.get(name, 'model')}"), name)
+        globals()[name] = value  # imported once
+        return value
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+    def __dir__() -> list[str]:
+        return sorted(set(globals()) | set(__all__))

@@ -234,9 +234,7 @@ class OrgEntries(Protocol):
         to pair with the services whose entries tell them. None when no event shaped an entry after `since`."""
         ...
 
-    def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]:
-        """The outbox jobs (pending or failed) of those entries that have one."""
-        ...
+    def jobs(self, entry_ids: Sequence[str]) -> dict[str, JobState]: ...  # their outbox jobs, pending or failed
 
     def vectors(self, entry_ids: Sequence[str]) -> dict[str, npt.NDArray[np.float32]]:
         """The current vectors (active space, current text) of those entries that have one."""
@@ -384,6 +382,8 @@ class FeedSnapshot(Protocol):
     """An organization's rows as of one consistent snapshot of the store."""
 
     marks: Marks
+    # the org's embed jobs, counted with the marks by a store that searches its vectors (None: not counted)
+    backlog: int | None
 
     def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
         """Projection rows changed after `after_seq` (up to `marks.entry_seq`), in sequence order."""

@@ -250,7 +250,7 @@ class IndexKeeper(ReadAhead):
             if new:  # made in part (a read cut short): the next read makes it again
                 self.forget(org_id)
             raise
-        if new and (backlog := getattr(snapshot, "backlog", None)) is not None:
+        if new and (backlog := snapshot.backlog) is not None:
             # The org's embed jobs, counted with the marks by a store that searches its vectors (a first read's image):
             # its recall's verdict weighs them (`OrgSearch.waiting`) without counting them again.
             index.backlog = Backlog(backlog, marks.entry_seq, time.monotonic())

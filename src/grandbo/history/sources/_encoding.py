@@ -40,7 +40,7 @@ def encoding_of(path: Path) -> str:
     with path.open("rb") as handle:
         head = handle.read(_HEAD)
     for mark, name in _MARKS:
-        if head.startswith(mark) and (name == "utf-8" or _texty(head, name)):
+        if head.startswith(mark) and (name == "utf-8" or head == mark or _texty(head, name)):  # a mark alone: empty
             return name
     if len(head) >= 4 and max(head[0::2].count(0), head[1::2].count(0)) >= len(head) // 4:
         raise ImportFormatError(
@@ -137,8 +137,10 @@ class Recoded:
 
 class Transcoded:
     """A UTF-16 or UTF-32 file as UTF-8 bytes, a block at a time (`Blocks`). Half a character (a lone surrogate)
-    passes through, for the JSON reader to refuse the string holding it (`_pages`); bytes that are no character
-    (the file cut inside one, a UTF-32 value past U+10FFFF) end the text there (`stopped`), what came before kept."""
+    comes as its JSON escape (`_escaped`), so its string is read as holding it and its record alone is refused, as
+    a UTF-16 jsonl line is (its raw bytes ended the whole file: Python cannot decode them); bytes that are no
+    character (the file cut inside one, a UTF-32 value past U+10FFFF) end the text there (`stopped`), what came
+    before kept."""
 
     def __init__(self, handle: IO[bytes], encoding: str) -> None:
         self.handle, self.encoding, self.stopped = handle, encoding, ""
@@ -146,7 +148,7 @@ class Transcoded:
         self.codec = encoding + ("-le" if head.startswith(b"\xff\xfe") else "-be")
         handle.seek(width)
         self.decoder = codecs.getincrementaldecoder(self.codec)("surrogatepass")
-        self.left, self.done, self.taken = b"", False, width
+        self.left, self.done, self.taken, self.before = b"", False, width, ""
 
     def read(self, size: int = -1, /) -> bytes:
         while not self.done and (size < 0 or len(self.left) < size):
@@ -157,7 +159,8 @@ class Transcoded:
                 text = codecs.decode(error.object[: error.start], self.codec, "surrogatepass")
                 where = f"near byte {self.taken + len(raw) - len(error.object) + error.start:,} ({error.reason})"
                 self.stopped, raw = where if raw else "at its end, inside a character", b""
-            self.left += text.encode("utf-8", "surrogatepass")
+            self.left += _escaped(text, self.before)
+            self.before = text[-1:] or self.before
             self.taken += len(raw)
             self.done = not raw
         taken = len(self.left) if size < 0 else size
@@ -168,3 +171,23 @@ class Transcoded:
         data = self.read(len(buffer))
         buffer[: len(data)] = data
         return len(data)
+
+
+def _surrogate(char: str) -> bool:
+    return "\ud800" <= char <= "\udfff"
+
+
+def _escaped(text: str, before: str) -> bytes:
+    """`text` (after the character `before`) as UTF-8, a lone surrogate as its JSON escape `\\udXXX`: in a string,
+    the same character, which the record's checks refuse. One after a backslash or beside another surrogate (a UTF-32
+    file's pair) stays its raw bytes, as before: escaped, it would read as other text or as a valid pair."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        pass
+    out = []
+    for at, char in enumerate(text):
+        prior, after = text[at - 1] if at else before, text[at + 1 : at + 2]
+        lone = _surrogate(char) and prior != "\\" and not _surrogate(prior) and not _surrogate(after)
+        out.append(f"\\u{ord(char):04x}".encode() if lone else char.encode("utf-8", "surrogatepass"))
+    return b"".join(out)

@@ -302,10 +302,15 @@ class _Counted:
         """Where and why the parser stopped (`at line 3, column 21 (lexical error: ...)`), from the block it parsed
         and the text around the place its message shows (yajl's messages give no position), and the remedy when
         the place says more than the parser did (NaN, Infinity: no JSON number); else the parser's words alone."""
-        if isinstance(exc, UnicodeDecodeError):  # yajl passed a lone surrogate's bytes; Python cannot decode them
-            return "(a string in it holds half a character, a lone surrogate, which no text can hold)", (
-                "correct that string, or export the file again"
-            )
+        if isinstance(exc, UnicodeDecodeError):  # yajl passed bytes of no UTF-8 character; Python cannot decode them
+            bad = exc.object[exc.start : exc.start + 5]  # a surrogate's bytes: ED A0-BF xx
+            if len(bad) == 5 and bad[:1] == bad[3:4] == b"\xed" and 0xA0 <= bad[1] <= 0xAF and 0xB0 <= bad[4] <= 0xBF:
+                holds = "a character as CESU-8 writes it (each half of a surrogate pair as 3 bytes), not as UTF-8 does"
+            elif len(bad) >= 2 and bad[0] == 0xED and 0xA0 <= bad[1] <= 0xBF:
+                holds = "half a character, a lone surrogate, which no text can hold"
+            else:  # an overlong form (C0 80), past U+10FFFF (F4 90 80 80), ...
+                holds = f"bytes that are no UTF-8 character ({exc.reason}, byte 0x{exc.object[exc.start]:02x})"
+            return f"(a string in it holds {holds})", "correct that string, or export the file again"
         said = exc.args[0] if exc.args else b""
         said = said if isinstance(said, bytes) else str(said).encode("utf-8", "surrogateescape")
         shown = said.splitlines()

@@ -9,7 +9,6 @@ no export has.
 from __future__ import annotations
 
 import re
-import string
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +20,7 @@ from grandbo.history.record import MAX_RECORD, HistoricFinding, HistoricIncident
 from grandbo.history.sources._encoding import label
 from grandbo.history.sources._fields import Unreadable, on_calendar
 from grandbo.linear import LinearPattern
-from grandbo.model import MAX_BODY_CHARS
+from grandbo.model import ENTRY_ID_PATTERN, MAX_BODY_CHARS
 
 ALIASES = {
     "id": "source_id", "body": "postmortem", "occurred_at": "started_at", "date": "started_at",
@@ -34,9 +33,10 @@ FINDINGS = ("cause", "trigger", "contributing", "remediation", "lesson", "action
 TIMES = ("started_at", "resolved_at")
 OTHER = ("runbook_succeeded", "time_to_mitigate_s", "source")
 FIELDS = (*TEXT, *LISTS, *FINDINGS, *TIMES, *OTHER)
-# an entry id `source:id-postmortem`, the id up to 64 characters (`decide.incident_id`), within its 128
-MAX_SOURCE = 128 - len(":") - 64 - len("-postmortem")  # 52
-_SOURCE_CHARACTERS = frozenset(string.ascii_letters + string.digits + "._-")
+# the shortest entry id a source begins (`decide.incident_id`, a one-character id, its first finding): a source no
+# such id holds (`model.ENTRY_ID_PATTERN`: a character it refuses, over 128 in all) can begin no entry id
+_SHORTEST_ID_AFTER = ":1-f1"
+MAX_SOURCE = 128 - len(_SHORTEST_ID_AFTER)  # 123
 _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
 # RE2: Python's engine took 66 s for one heading of 2,000 spaces before a last word (`\s*#*\s*$` after each
 # character the lazy title tried), and tried each of a run of blank lines against the rest of them
@@ -76,12 +76,13 @@ def _mapping_problem(name: str, value: str) -> str | None:
 
 
 def source_problem(source: str) -> str | None:
-    """Why `source` cannot name the source records are filed under (their incidents' ids begin with it, and an
-    entry id is at most 128 characters of letters, digits, `.`, `_`, `-`, `:` and `@`), or None."""
-    if len(source) > MAX_SOURCE or not source[:1].isalnum() or not set(source) <= _SOURCE_CHARACTERS:
+    """Why `source` can begin no entry id (its records' ids begin with it, `decide.incident_id`), or None. The rule
+    is the entry id's own, on the shortest id it could begin: a longer id can still be too long, refusing its record
+    as before."""
+    if not ENTRY_ID_PATTERN.fullmatch(source + _SHORTEST_ID_AFTER):
         shown = source[:60].encode("unicode_escape").decode()
-        return (f"the source name {shown!r} must be 1 to {MAX_SOURCE} letters, digits, `.`, `_` or `-`, starting "
-                "with a letter or digit")  # fmt: skip
+        return (f"the source name {shown!r} must be 1 to {MAX_SOURCE} letters, digits, `.`, `_`, `:`, `@` or `-`, "
+                "starting with a letter or digit")  # fmt: skip
     return None
 
 

@@ -113,6 +113,7 @@ class _Snapshot:
 
     def __init__(self, db: sqlite3.Connection, org_id: str, marks: Marks) -> None:
         self._db, self._org, self.marks = db, org_id, marks
+        self.backlog: int | None = None  # this store searches no vectors: its embed jobs are not counted here
 
     def rows(self, after_seq: int, *, active_only: bool) -> Iterable[IndexRow]:
         status = "AND status = 'active'" if active_only else ""
