@@ -267,7 +267,10 @@ def test_ctrl_c_on_import_from_says_how_far_it_got_and_how_to_resume(settings, t
     if settings.database_url:
         env["GRANDBO_DATABASE_URL"] = settings.database_url
     command = [sys.executable, "-m", "grandbo", "import-from", "jsonl", str(path), "--org", "acme"]
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # At the lowest priority: on a loaded machine this process, waiting for the line, is run before the import ends
+    # (a clean-clone CI at load 10 imported all 10,000 records before the signal was sent).
+    niced = ["nice", "-n", "19", *command]
+    process = subprocess.Popen(niced, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     for line in process.stderr:
         if "of about 10000 records" in line:
