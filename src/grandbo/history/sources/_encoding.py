@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import codecs
 import io
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import IO, Protocol
+from typing import IO, Any, Protocol
 
 from grandbo.errors import ImportFormatError
 
@@ -74,22 +74,19 @@ class Blocks(Protocol):
     def readinto(self, buffer: bytearray, /) -> int: ...
 
 
-@contextmanager
-def utf8_blocks(path: Path) -> Iterator[Blocks]:
+def utf8_blocks(path: Path) -> AbstractContextManager[Blocks]:
     """The file as UTF-8 bytes read a block at a time (`Blocks`), its byte order mark left out."""
-    encoding = encoding_of(path)
-    with path.open("rb") as handle:
-        if encoding == "utf-8":
-            if handle.read(len(UTF8_MARK)) != UTF8_MARK:
-                handle.seek(0)
-            yield _Utf8(handle)
-        else:
-            yield Transcoded(handle, encoding)
+    return _as_utf8(path, Transcoded)
+
+
+def byte_lines(path: Path) -> AbstractContextManager[Lines]:
+    """The file's lines as UTF-8 bytes (`Lines`), its byte order mark left out."""
+    return _as_utf8(path, Recoded)
 
 
 @contextmanager
-def byte_lines(path: Path) -> Iterator[Lines]:
-    """The file's lines as UTF-8 bytes (`Lines`), its byte order mark left out."""
+def _as_utf8(path: Path, recoded: Callable[[io.BufferedReader, str], Any]) -> Iterator[Any]:
+    """The file in UTF-8 as it is (its byte order mark left out), or `recoded` from the encoding its mark says."""
     encoding = encoding_of(path)
     with path.open("rb") as handle:
         if encoding == "utf-8":
@@ -97,7 +94,7 @@ def byte_lines(path: Path) -> Iterator[Lines]:
                 handle.seek(0)
             yield _Utf8(handle)
         else:
-            yield Recoded(handle, encoding)
+            yield recoded(handle, encoding)
 
 
 class _Utf8:
