@@ -5,6 +5,7 @@ joins of its every entry with its vector, while every other org's requests waite
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import psycopg
@@ -49,7 +50,9 @@ def test_callers_during_a_run_share_the_next_one_which_begins_after_them():
     assert flights.run("acme", lambda: 7) == 7  # nothing left behind: the next caller reads afresh
 
 
-def test_an_error_of_a_shared_run_reaches_each_of_its_callers_and_the_next_run_reads_again():
+def _errors_of_a_shared_run(error: Callable[[], Exception], callers: int) -> list[BaseException | None]:
+    """What each of `callers` waiting together gets when the run they share raises `error()` (the run before theirs,
+    another caller's, held until they all wait); the run after theirs reads again."""
     flights: NextFlight[int] = NextFlight()
     release, began = threading.Event(), []
 
@@ -58,25 +61,27 @@ def test_an_error_of_a_shared_run_reaches_each_of_its_callers_and_the_next_run_r
         if len(began) == 1:
             release.wait(BOUND_S)
             return 1
-        raise RuntimeError("the database went away")
+        raise error()
 
-    with ThreadPoolExecutor(4) as pool:
+    with ThreadPoolExecutor(callers + 1) as pool:
         first = pool.submit(flights.run, "acme", read)
         _until(lambda: began)
-        later = [pool.submit(flights.run, "acme", read) for _ in range(3)]
-        _until(lambda: flights.waiting("acme") == 3)
+        later = [pool.submit(flights.run, "acme", read) for _ in range(callers)]
+        _until(lambda: flights.waiting("acme") == callers)
         release.set()
         assert first.result(BOUND_S) == 1
-        raised = []
-        for future in later:
-            with pytest.raises(RuntimeError, match="went away") as caught:
-                future.result(BOUND_S)
-            raised.append(caught.value)
+        raised = [future.exception(BOUND_S) for future in later]
     assert len(began) == 2 and flights.run("acme", lambda: 3) == 3
+    return raised
+
+
+def test_an_error_of_a_shared_run_reaches_each_of_its_callers_and_the_next_run_reads_again():
+    raised = _errors_of_a_shared_run(lambda: RuntimeError("the database went away"), 3)
+    assert all(type(e) is RuntimeError and str(e) == "the database went away" for e in raised)
     # The run's caller raises its error; each other one a copy of its own, from it: one object raised in several
     # threads gathered every thread's traceback in its one `__traceback__` (review 29 L12).
-    (run,) = [e for e in raised if e.__cause__ is None]
-    assert len({id(e) for e in raised}) == 3 and all(e.__cause__ is run for e in raised if e is not run)
+    (run,) = [e for e in raised if e is not None and e.__cause__ is None]
+    assert len({id(e) for e in raised}) == 3 and all(e.__cause__ is run for e in raised if e is not run)  # type: ignore[union-attr]
 
 
 def test_an_error_of_another_signature_reaches_each_caller_as_its_own_copy():
@@ -87,24 +92,7 @@ def test_an_error_of_another_signature_reaches_each_caller_as_its_own_copy():
             super().__init__(message)
             self.retry_after = retry_after
 
-    flights: NextFlight[int] = NextFlight()
-    release, began = threading.Event(), []
-
-    def read() -> int:
-        began.append(1)
-        if len(began) == 1:
-            release.wait(BOUND_S)
-            return 1
-        raise Busy("the org is busy", retry_after=3)
-
-    with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(flights.run, "acme", read)
-        _until(lambda: began)
-        later = [pool.submit(flights.run, "acme", read) for _ in range(2)]
-        _until(lambda: flights.waiting("acme") == 2)
-        release.set()
-        first.result(BOUND_S)
-        raised = [future.exception(BOUND_S) for future in later]
+    raised = _errors_of_a_shared_run(lambda: Busy("the org is busy", retry_after=3), 2)
     assert all(type(e) is Busy and str(e) == "the org is busy" and e.retry_after == 3 for e in raised)  # type: ignore[union-attr]
     assert raised[0] is not raised[1]
 
@@ -121,26 +109,12 @@ def test_each_caller_s_copy_of_an_error_is_made_without_its_init_and_holds_its_o
             self.entry_id = entry_id
             self.detail = {"entry_id": entry_id}
 
-    flights: NextFlight[int] = NextFlight()
-    release, began = threading.Event(), []
-
-    def read() -> int:
-        began.append(1)
-        if len(began) == 1:
-            release.wait(BOUND_S)
-            return 1
+    def missing() -> Missing:
         error = Missing("F-1")
         error.add_note("read by the second run")
-        raise error
+        return error
 
-    with ThreadPoolExecutor(3) as pool:
-        first = pool.submit(flights.run, "acme", read)
-        _until(lambda: began)
-        later = [pool.submit(flights.run, "acme", read) for _ in range(2)]
-        _until(lambda: flights.waiting("acme") == 2)
-        release.set()
-        first.result(BOUND_S)
-        raised = [future.exception(BOUND_S) for future in later]
+    raised = _errors_of_a_shared_run(missing, 2)
     assert all(type(e) is Missing and str(e) == "entry F-1 not found" for e in raised)
     assert all(e.entry_id == "F-1" for e in raised)  # type: ignore[union-attr]
     raised[0].add_note("said to the first caller")  # type: ignore[union-attr]
