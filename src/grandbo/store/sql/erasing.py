@@ -27,7 +27,7 @@ from grandbo.erased import ERASURES, entry_erased
 from grandbo.model import utcnow
 from grandbo.ports import DocumentWrite, Forgetting
 from grandbo.store.sql import storage
-from grandbo.store.sql.dialect import Dialect
+from grandbo.store.sql.dialect import Dialect, chunks
 
 if TYPE_CHECKING:
     from grandbo.store.sql.documents import DocumentSQL
@@ -94,7 +94,7 @@ def purge_batches(
     mentioning one of those texts): for one batch, the rows mentioning its ids; for more, the rows that may hold a
     copy (COPY_KEYS) once, narrowed to each batch's (`DocumentRewrite.narrowed`)."""
     ids = list(dict.fromkeys(entry_ids))
-    batches = [ids[at : at + size] for at in range(0, len(ids), size)]
+    batches = list(chunks(ids, size))
     if len(batches) < 2:
         yield from ((batch, found(copies_erased(batch), batch)) for batch in batches)
         return

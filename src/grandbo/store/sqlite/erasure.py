@@ -78,10 +78,12 @@ class Erasure(Connection):
         """`purge` of those not purged yet, PURGE_BATCH a transaction (their copies in documents found before each:
         `purge_batches`), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
-        batches = -(-len(dict.fromkeys(entry_ids)) // PURGE_BATCH)  # how many
+        held_s: float | None = None  # how long the batch before held the write lock
         try:
             found = functools.partial(self._found, org_id)
-            for number, (batch, copies) in enumerate(purge_batches(found, entry_ids, PURGE_BATCH), 1):
+            for batch, copies in purge_batches(found, entry_ids, PURGE_BATCH):
+                if held_s is not None:  # every other writer's turn before the next batch
+                    time.sleep(max(2 * WRITE_POLL_S, held_s))
                 with self._write(org_id) as db, erasing(db, org_id, f"purge of {len(batch)} entries"):
                     held_since, language = time.monotonic(), self._require_org(db, org_id, incarnation)
                     purged: list[str] = []
@@ -91,8 +93,7 @@ class Erasure(Connection):
                             purged, logged = [*purged, entry_id], logged + now[1]
                     erase_copies(db, SQL, json_text, copies, org_id, batch, reason, actor, logged=logged)
                 done += [entry_id for entry_id in batch if entry_id in purged]
-                if number < batches:  # every other writer's turn before the next batch
-                    time.sleep(max(2 * WRITE_POLL_S, time.monotonic() - held_since))
+                held_s = time.monotonic() - held_since
         finally:  # once, for every batch committed (an error in a later one too)
             if done:
                 self._after_purges(org_id)
