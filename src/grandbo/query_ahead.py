@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, TypeVar
 import anyio
 
 from grandbo.embeddings.batching import QueryBatcher, embedded
+from grandbo.retrieval.text import query_text
 
 if TYPE_CHECKING:
     from grandbo.service import Grandbo
@@ -32,10 +33,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
-async def embedded_first(grandbo: Grandbo | None, text: str | None, run: Callable[[float], T]) -> T:
-    """`run(waited_ms)` on a worker thread, once the query embedding of `text` (None: it embeds none) asked ahead
-    of `grandbo`'s query batcher came back (see the module); `waited_ms`, how long that took. Within `run` the
-    batcher's embedding of `text` is that one. Without a batcher (or `grandbo`) it is `run(0.0)` on a thread."""
+async def embedded_first(grandbo: Grandbo | None, topic: str | None, run: Callable[[float], T]) -> T:
+    """`run(waited_ms)` on a worker thread, once the query embedding of a recall of `topic` (None: it embeds none)
+    asked ahead of `grandbo`'s query batcher came back (see the module); `waited_ms`, how long that took. Within `run`
+    the batcher's embedding of that text is that one. Without a batcher (or `grandbo`) it is `run(0.0)` on a thread."""
+    text = query_text(topic) if topic else None  # what the recall embeds of its topic
     asked = _ask(grandbo, text) if grandbo is not None and text is not None else None
     waited_ms = 0.0
     if asked is not None:

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 from grandbo.model import Arm, RecallResult
 from grandbo.query_ahead import embedded_first
-from grandbo.retrieval.text import query_text
 from grandbo.service import Grandbo
 
 
@@ -19,4 +18,4 @@ async def recalled(grandbo: Grandbo, topic: str, arm: Arm, recall: Callable[[], 
         result.timings.embed_ms += waited_ms  # its query's embedding was waited for before (the recall's own: ~0)
         return result.model_dump_json()
 
-    return await embedded_first(grandbo, query_text(topic) if arm is not Arm.LEXICAL else None, run)
+    return await embedded_first(grandbo, topic if arm is not Arm.LEXICAL else None, run)

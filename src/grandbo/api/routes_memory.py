@@ -23,7 +23,7 @@ from grandbo.names import service_name
 from grandbo.pages import encode
 from grandbo.query_ahead import embedded_first
 from grandbo.retrieval.recall import MAX_K
-from grandbo.retrieval.text import MAX_TOPIC_CHARS, query_text
+from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.alert_briefs import briefs
 from grandbo.tiers.alerts import AlertBrief, StoredAlert
@@ -248,8 +248,8 @@ async def context(
     def block(_waited_ms: float) -> str:
         return memory.context(content_type=content_type, topic=topic, budget=budget).model_dump_json()
 
-    text = query_text(topic) if topic else None  # its recall's query (`tiers.context`: the reranked arm)
-    return Response(await embedded_first(request.app.state.grandbo, text, block), media_type="application/json")
+    # The topic's query embedded ahead (`tiers.context` recalls it by the reranked arm).
+    return Response(await embedded_first(request.app.state.grandbo, topic, block), media_type="application/json")
 
 
 # ------------------------------------------------------------------------------------ alerts

@@ -65,7 +65,7 @@ from grandbo.memory import OrgMemory
 from grandbo.query_ahead import embedded_first
 from grandbo.ratelimit import large_request
 from grandbo.retrieval.recall import MAX_K
-from grandbo.retrieval.text import MAX_TOPIC_CHARS, query_text
+from grandbo.retrieval.text import MAX_TOPIC_CHARS
 from grandbo.service import Grandbo
 from grandbo.tiers.context import DEFAULT_BUDGET, MAX_BUDGET
 from grandbo.tiers.effectiveness import ReportedOutcome
@@ -192,7 +192,7 @@ def build(resolve: Resolve, *, verbose: bool = False, grandbo: Grandbo | None = 
     async def recalling(
         ctx: Context, name: str, topic: str | None, call: Callable[[OrgMemory], BaseModel]
     ) -> CallToolResult:  # `run` on a worker thread, the query of its recall of `topic` (None: none) embedded first
-        return await embedded_first(grandbo, query_text(topic) if topic else None, lambda _: run(ctx, name, call))
+        return await embedded_first(grandbo, topic, lambda _: run(ctx, name, call))
 
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True)
     additive = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False)
