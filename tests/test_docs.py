@@ -38,6 +38,20 @@ def test_every_command_is_documented():
     assert missing == []
 
 
+def test_the_readme_names_every_command_that_takes_json_and_no_other():
+    said = README.split("take `--json` (", 1)[1].split(";", 1)[0].replace(" and the lists:", ",").replace(" and ", ", ")
+    named = {name.removesuffix(" --public").strip() for name in said.split(",")}
+    root = typer.main.get_command(app)
+    takes = {name for name in commands(root) if any("--json" in param.opts for param in _command(root, name).params)}
+    assert sorted(takes - named) == [] and sorted(named - takes) == []
+
+
+def _command(group, name):
+    for word in name.split():
+        group = group.commands[word]
+    return group
+
+
 def test_readme_has_no_unfilled_placeholders():
     for marker in ("TABLE", "_10K", "_100K", "INC_", "SF_", "PG_NUMBERS", "EMBED_MS", "LOCAL_RATE"):
         assert marker not in README, marker
