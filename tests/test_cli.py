@@ -26,6 +26,8 @@ def test_commands_refuse_an_uninitialized_store(tmp_path, monkeypatch):
     monkeypatch.setenv("GRANDBO_HOME", str(tmp_path / "empty"))
     result = CliRunner().invoke(app, ["stats"])
     assert result.exit_code == 2 and "grandbo init --embedding NAME" in result.stderr
+    # after `GRANDBO_HOME=DIR make demo`, a command run without that GRANDBO_HOME lands here: it says where it looked
+    assert f"another GRANDBO_HOME (this is {tmp_path / 'empty'}) is read with it set" in result.stderr
 
 
 def test_serve_on_a_fresh_home_says_to_init_in_one_line_and_creates_nothing(tmp_path, monkeypatch):

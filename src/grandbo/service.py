@@ -112,8 +112,10 @@ class Grandbo:
         """
         settings = settings or Settings()
         where = mask_url(settings.store_url).split("@")[-1]
+        elsewhere = "" if settings.database_url else (  # `GRANDBO_HOME=DIR make demo` made one under DIR
+            f" A store made under another GRANDBO_HOME (this is {settings.home}) is read with it set.")  # fmt: skip
         uninitialized = ConfigError(f"The store at {where} is not initialized. Run `grandbo init --embedding NAME` "
-                                    "first (NAME: deterministic, local, bedrock, voyage, openai).",
+                                    f"first (NAME: deterministic, local, bedrock, voyage, openai).{elsewhere}",
                                     detail={"store": where})  # fmt: skip
         url = settings.store_url
         if url.startswith("sqlite:///") and not (path := Path(url.removeprefix("sqlite:///")).expanduser()).exists():
