@@ -158,7 +158,7 @@ def test_cli_export_and_import_events(cli, tmp_path):
 def test_an_export_is_read_from_one_snapshot_a_concurrent_write_cannot_tear(settings, memory, tmp_path):
     """A write committed (by another process's store) between the export's first read and its last is wholly
     out of the export: before one snapshot, its document was in the file and its entry was not."""
-    from grandbo.tiers.eventlog import export_log
+    from grandbo.tiers.log_export import export_log
 
     memory.remember({"id": "E-BEFORE", "title": "disk full on the batch node"})
     memory.profile.update({"facts": {"team": "platform"}})
@@ -169,12 +169,15 @@ def test_an_export_is_read_from_one_snapshot_a_concurrent_write_cannot_tear(sett
         def __init__(self, documents):
             self._documents = documents
 
-        def log(self):
+        def pages(self, holding, limit):
             with Grandbo.open(settings) as other:  # its own connection, as another process would have
                 late = other.org("acme")
                 late.remember({"id": "E-LATE", "title": "certificate expired on the gateway"})
                 late.profile.update({"facts": {"team": "platform", "pager": "late write"}})
-            return self._documents.log()
+            return self._documents.pages(holding, limit)
+
+        def __getattr__(self, name):
+            return getattr(self._documents, name)
 
     counts = export_log("acme", memory._entries, WriteDuringTheExport(memory._documents), tmp_path / "log.jsonl")
     text = (tmp_path / "log.jsonl").read_text()
@@ -208,7 +211,7 @@ def test_an_export_made_before_migration_30_is_imported_with_its_service_names_a
     look-alike takes its name's id (merged into the service of that name)."""
     from grandbo.model import utcnow
     from grandbo.tiers.change_model import NewChange
-    from grandbo.tiers.eventlog import _line
+    from grandbo.tiers.log_export import line as _line
 
     origin = grandbo.org("acme", create=True)
     origin.catalog.import_text("services:\n- {name: checkout-api, depends_on: [payments-db]}\n- {name: web}\n")

@@ -231,3 +231,18 @@ def test_pipelined_requests_count_only_their_own_headers_against_the_bound(tmp_p
         assert _pipelined(port, memory("M-3"), padded) == [201, 431]
         with served.client(keys["acme"]) as client:  # both memories were kept
             assert [client.get(f"/v1/memories/{m}").status_code for m in ("M-2", "M-3")] == [200, 200]
+
+
+@pytest.mark.parametrize("head", [b"X-Trace: a\x00b", b"X-Trace: a\x01b", b"X Trace: a"])
+def test_a_header_the_parser_refuses_is_a_400_in_the_apis_error_shape(tmp_path, head):
+    # Failed before: uvicorn's plain-text "Invalid HTTP request received." (httptools refuses it before any app runs).
+    with _served(tmp_path) as (served, _), socket.create_connection(("127.0.0.1", _port(served)), WAIT_S) as sock:
+        sock.sendall(b"GET /v1/stats HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n\r\n")
+        answer = b""
+        while more := sock.recv(65536):  # to its end: the connection is closed after it
+            answer += more
+    got, _, body = answer.partition(b"\r\n\r\n")
+    assert got.startswith(b"HTTP/1.1 400 ") and b"content-type: application/json" in got.lower(), answer[:300]
+    error = json.loads(body)["error"]
+    assert error["type"] == "bad_request" and error["message"].startswith("Invalid HTTP request: its line or a header")
+    assert "printable characters" in error["remedy"]

@@ -65,6 +65,44 @@ def test_a_mapping_pair_no_record_can_be_read_through_is_refused_before_any_reco
     assert said in refused.value.message
 
 
+BAD_MAPS = [
+    ("jsonl", "titel=title", "--map names an unknown field 'titel'; the fields are"),
+    ("jsonl", "source==a/b", "--map source==a/b: the source name 'a/b' must be"),
+    ("pagerduty", "title=summary", "The pagerduty source takes no --map (?map= over REST)"),
+    ("markdown", "title=x", "The markdown source takes no --map (?map= over REST)"),
+]
+
+
+@pytest.mark.parametrize(("source", "mapping", "said"), BAD_MAPS)
+def test_a_bad_map_is_refused_over_rest_before_anything_is_uploaded(source, mapping, said, grandbo):
+    # Failed before: the map was read with the file, after its upload: the upload folder this home cannot make was
+    # reached first (500 "Cannot keep the upload"), and a good home took the whole export before the 422.
+    memory = grandbo.org("acme", create=True)
+    _, admin = memory.keys.create("admin")
+    grandbo.settings.home.mkdir(parents=True, exist_ok=True)
+    (grandbo.settings.home / "uploads").write_text("not a folder")  # any upload would fail
+    with serving(grandbo) as served, served.client(admin) as client:
+        params = {"map": mapping} | ({"name": "a.md"} if source == "markdown" else {})
+        refused = client.post(f"/v1/import-from/{source}", params=params, content=LINES.encode())
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["error"]["message"].startswith(said)
+
+
+@pytest.mark.parametrize(("source", "mapping", "said"), BAD_MAPS)
+def test_a_bad_map_is_refused_by_the_cli_before_the_store_is_written(source, mapping, said, cli, tmp_path):
+    # Failed before: the CLI took the org's import lease (two events in its history) before the map was read.
+    from grandbo.config import Settings
+    from grandbo.service import Grandbo
+    from grandbo.tiers.imported import HISTORY, RUNNING
+
+    path = tmp_path / ("a.md" if source == "markdown" else "a.jsonl")
+    path.write_text(LINES)
+    printed = cli("import-from", source, str(path), "--map", mapping, code=2)
+    assert printed.stderr.startswith(f"error: {said}") and "Traceback" not in printed.stderr
+    with Grandbo.open(Settings()) as grandbo:
+        assert grandbo.org(None).incidents.documents.history(HISTORY, RUNNING) == []
+
+
 @pytest.mark.parametrize("source", ["ops@acme", "a:b", "s" * 60, "s" * 123])
 def test_a_source_an_entry_id_can_begin_imports_every_record(source, memory, tmp_path):
     # Failed before: 422 "the source name ... must be 1 to 52 letters, digits, `.`, `_` or `-`" for these, each of

@@ -215,3 +215,21 @@ def test_an_org_created_again_right_after_its_drop_waits_out_every_process_s_key
         # The key this server trusted is read again (its window is over): the new org has no such key.
         with pytest.raises(NotAuthorizedError):
             server.authenticate(key)
+
+
+def test_only_a_drop_of_an_org_that_had_a_key_makes_the_next_one_of_its_name_wait(grandbo, store):
+    """The wait for every process's key cache (above) is for a dropped org's keys: an org that never had one (the
+    demo's own, `grandbo demo` run again) is made again at once, and one whose only key was revoked still waits (a
+    revoked key's document stays, and another process may trust it till its window ends). Before, every drop was
+    recorded, and the demo slept 2.25 s to replace its keyless org."""
+    keyless = grandbo.org("keyless", create=True)
+    keyless.remember(OLD)
+    keyed = grandbo.org("keyed", create=True)
+    record, _ = keyed.keys.create("read", name="old")
+    keyed.keys.revoke(record.id)
+    for name in ("keyless", "keyed", "never-made"):
+        grandbo.drop_org(name)
+    assert store.since_dropped("keyless") is None and store.since_dropped("never-made") is None
+    assert store.since_dropped("keyed") is not None
+    grandbo.org("keyless", create=True)  # at once, and empty
+    assert grandbo.org("keyless").find("OLD-1") is None

@@ -368,7 +368,8 @@ class Grandbo:
 
     def _ensure(self, org_id: str) -> None:
         """Create the org if it does not exist; one dropped under the name less than GRANDBO_KEY_CACHE_SECONDS ago, once
-        that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s)."""
+        that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s; the
+        store records only the drop of an org that had a key, `since_dropped`)."""
         since = self._store.since_dropped(org_id)  # a moment more: a key read just before the drop is kept after it
         wait = self.settings.key_cache_seconds + 0.25 - since if since is not None else 0.0
         if wait > 0 and org_id not in self._store.orgs():

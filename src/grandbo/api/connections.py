@@ -11,7 +11,8 @@ one connection sent 300 MB of headers (probe 22b). Here:
   (up to 1 GiB) and may instead not pause longer than GRANDBO_IMPORT_IDLE_SECONDS (its route answers 408
   upload_stalled and removes what came; this deadline, a second later, is the backstop). Time the server itself
   is not reading (the request waits for its org's turn, `ratelimit.OrgSlots`) is not the client's: not counted;
-* its line and headers take at most GRANDBO_HTTP_MAX_HEADER_KB, else 431 and the connection closes;
+* its line and headers take at most GRANDBO_HTTP_MAX_HEADER_KB, else 431 and the connection closes; bytes the
+  parser refuses (a NUL in a header) are a 400 `bad_request` in the API's error shape too, not uvicorn's plain text;
 * the process keeps at most `cap` connections (GRANDBO_HTTP_MAX_CONNECTIONS, lowered below the open-file limit):
   one past it closes the oldest connection that runs no request (idle, or still sending its request: that one
   gets 503 with Retry-After), so a client holding many half-sent requests loses its oldest to anyone who
@@ -33,6 +34,7 @@ import structlog
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from grandbo.api.app import error_body
 from grandbo.api.routes_history import PREFIX as STREAMED  # an import's upload
 from grandbo.config_serving import RESERVED_FILES, ServingSettings
 from grandbo.errors import ConnectionsFullError, GrandboError, HeadersTooLargeError, RequestTimeoutError
@@ -40,6 +42,14 @@ from grandbo.errors import ConnectionsFullError, GrandboError, HeadersTooLargeEr
 log = structlog.get_logger("grandbo.api")
 
 LOG_EVERY_S = 10.0  # seconds between two lines saying the connections were full
+INVALID_HTTP = (
+    "Invalid HTTP request: its line or a header holds a byte HTTP/1.1 does not allow there (a NUL, a line break or "
+    "another control character in a header's value), or the request line is malformed."
+)
+INVALID_HTTP_REMEDY = (
+    "Send header values of printable characters only (percent-encode or base64 any other bytes), on a new "
+    "connection: this one is closed."
+)
 
 
 @dataclass
@@ -137,8 +147,10 @@ class BoundedProtocol(HttpToolsProtocol):
                 self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
+        # httptools refused the bytes before any app saw them (a NUL or another control character in a header, a
+        # broken request line): uvicorn answered it in plain text, every other answer is in the API's error shape
         if not self._answered:
-            super().send_400_response(msg)
+            self._send(400, error_body("bad_request", INVALID_HTTP, INVALID_HTTP_REMEDY))
 
     # The parser's callbacks, none once the connection was answered and closed (`_refuse`) in the read being parsed.
 
@@ -235,12 +247,15 @@ class BoundedProtocol(HttpToolsProtocol):
 
     def _refuse(self, error: GrandboError) -> None:
         """Answer `error` in the API's error shape and close the connection."""
+        self._send(error.status, error.to_dict(), getattr(error, "retry_after", None))
+
+    def _send(self, status: int, error: dict[str, Any], retry: float | None = None) -> None:
         self._answered = True
         self._disarm()
-        body = json.dumps(error.to_dict()).encode()
-        head = [f"HTTP/1.1 {error.status} {HTTPStatus(error.status).phrase}", "content-type: application/json",
+        body = json.dumps(error).encode()
+        head = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}", "content-type: application/json",
                 f"content-length: {len(body)}", "connection: close"]  # fmt: skip
-        if (retry := getattr(error, "retry_after", None)) is not None:
+        if retry is not None:
             head.append(f"retry-after: {retry}")
         self.transport.write("\r\n".join(head).encode() + b"\r\n\r\n" + body)
         self.transport.close()

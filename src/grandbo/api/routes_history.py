@@ -32,8 +32,7 @@ from grandbo.errors import (
     UploadStalledError,
 )
 from grandbo.history.importer import HistoryReport, import_history
-from grandbo.history.registry import reader
-from grandbo.history.sources.tabular import parse_pairs
+from grandbo.history.registry import chosen
 from grandbo.memory import OrgMemory
 from grandbo.service import Grandbo
 from grandbo.tiers.imported import Imported
@@ -89,7 +88,7 @@ async def import_from(
     """Import past incidents from an export in the body (the file `grandbo import-from SOURCE PATH` reads): each
     becomes an incident with its findings and post-mortem as memory; a re-import updates what changed in the source
     and keeps what people wrote in Grandbo since (their findings, a close). Admin key."""
-    chosen, pairs = reader(source), parse_pairs(mapping)
+    found, pairs = chosen(source, mapping)  # a bad map refused before anything is uploaded
     if source == "markdown" and not name:
         raise InvalidInputError(
             "Name the post-mortem's file (`?name=2023-04-12-db-failover.md`): without front matter its id and date "
@@ -124,7 +123,7 @@ async def import_from(
                     uploads.keep_free(upload.folder, len(block), 2 * grandbo.settings.disk_reserve_mb)
                     out.write(block)
             still = _key_active(grandbo, request.headers.get("authorization"))
-            task = functools.partial(import_history, memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="api",
+            task = functools.partial(import_history, memory, found, path, mapping=pairs, dry_run=dry_run, actor="api",
                                      still=still)  # fmt: skip
             with _busy_named():  # another org's import may have taken the place during the upload
                 running = imports.submit(memory.org, task)

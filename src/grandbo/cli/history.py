@@ -96,13 +96,13 @@ def import_from(
 
     Exit status 0 when every record is in, 1 when any was refused, 2 on an error."""
     from grandbo.history.importer import import_history
-    from grandbo.history.registry import reader
-    from grandbo.history.sources.tabular import count_lines, parse_pairs
+    from grandbo.history.registry import chosen
+    from grandbo.history.sources.tabular import count_lines
     from grandbo.history.stopped import Interrupted
     from grandbo.service import Grandbo
 
     with _errors():
-        chosen, pairs = reader(source), parse_pairs(mapping)
+        found, pairs = chosen(source, mapping)  # a bad --map refused before the store is opened
         if not (path.is_file() or path.is_dir()):  # a device or a pipe: /dev/zero would be read forever
             raise ImportFormatError(f"{path} is not a regular file or folder: give the export's file (a folder of "
                                     "post-mortems for markdown).", detail={"path": str(path)})  # fmt: skip
@@ -110,7 +110,7 @@ def import_from(
         try:
             with Grandbo.open(state.settings, background=True, embed_here=False) as grandbo, _progress() as progress:
                 memory = grandbo.org(org)
-                report = import_history(memory, chosen, path, mapping=pairs, dry_run=dry_run, actor="import",
+                report = import_history(memory, found, path, mapping=pairs, dry_run=dry_run, actor="import",
                                         progress=progress, total=count_lines(path))  # fmt: skip
                 waiting = 0 if dry_run else memory.stats().pending
         except Interrupted as stop:  # Ctrl-C: exit 130, as a shell expects, saying how far it got and what next

@@ -100,6 +100,11 @@ class Reader(Protocol):
 
     name: str
 
+    def check(self, mapping: dict[str, str] | None) -> None:
+        """Raise what `read` would raise of `mapping` alone (an unknown field, a pair no record could be read through,
+        a mapping given to a source that takes none): the faces call it before they open a store or take an upload."""
+        ...
+
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """The records at `path` in order, one at a time; `mapping` only for csv/jsonl (`--map title=col,...`)."""
         ...

@@ -1,5 +1,6 @@
 """The readers by name: `csv` and `jsonl` (`sources.tabular`), and every vendor's module of `sources/` that exists
-(`sources/<name>.py` with a module-level `READER`). An unknown name is an error that lists the valid ones."""
+(`sources/<name>.py` with a module-level `READER`). An unknown name is an error that lists the valid ones, and a
+`--map` the reader would refuse is one before anything is read (`chosen`)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import importlib
 from grandbo.errors import InvalidInputError
 from grandbo.history.record import Reader
 from grandbo.history.sources.csv_table import CSV
-from grandbo.history.sources.tabular import JSONL
+from grandbo.history.sources.tabular import JSONL, parse_pairs
 
 VENDORS = ("pagerduty", "opsgenie", "jira", "incidentio", "rootly", "markdown")
 
@@ -38,3 +39,12 @@ def reader(name: str) -> Reader:
             detail={"source": name, "sources": sorted(known)},
         )
     return known[name]
+
+
+def chosen(source: str, mapping: str | None) -> tuple[Reader, dict[str, str] | None]:
+    """The reader called `source` and `--map`'s pairs (`?map=` over REST), both checked (`Reader.check`) before the
+    CLI opens the store or the REST route takes its upload: checked by `read` alone, a bad mapping was refused only
+    after a 1 GiB upload, or after the CLI had taken its org's import lease."""
+    found, pairs = reader(source), parse_pairs(mapping)
+    found.check(pairs)
+    return found, pairs

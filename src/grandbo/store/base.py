@@ -196,7 +196,7 @@ class Organizations(Protocol):
         """Every organization with the time it was created."""
         ...
 
-    def drop_org(self, org_id: str) -> None: ...  # and records when (`since_dropped`), whether it existed or not
+    def drop_org(self, org_id: str) -> None: ...  # and records when (`since_dropped`) if it had keys (`HAS_KEYS`)
     def incarnation(self, org_id: str) -> int | None:
         """The org's incarnation (`grandbo.incarnation`), None when there is no such org."""
         ...
@@ -204,8 +204,8 @@ class Organizations(Protocol):
     def erasures(self, org_id: str) -> int: ...  # the org's count of erasures (`grandbo.unerased`); 0: no such org
 
     def since_dropped(self, org_id: str) -> float | None:
-        """Seconds since an org of this name was last dropped (its last record: Postgres's drop records its start and
-        its commit), by the database's clock; records are in `store_meta`, kept about DROPS_KEPT_S."""
+        """Seconds since an org of this name holding API keys was last dropped (Postgres records its drop's start and
+        commit), by the database's clock, in `store_meta` for about DROPS_KEPT_S; None: no such drop (`HAS_KEYS`)."""
         ...
 
     def stored_bytes(self, org_id: str) -> int:

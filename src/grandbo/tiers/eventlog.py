@@ -1,7 +1,7 @@
 """Export and replay of a whole organization: its event log, every tier's documents, and its vectors.
 
-`export_log` writes JSON Lines: a header (format, org, embedding space), every entry event with its time and
-actor (history included: corrections, retirements, purges), the current vector of every active entry,
+`export_log` (`log_export`) writes JSON Lines: a header (format, org, embedding space), every entry event with its
+time and actor (history included: corrections, retirements, purges), the current vector of every active entry,
 every document event (incidents, runbooks, the ledger's outcomes, the catalog, settings, profiles, learned
 notes, keys, ...) and every current document with its version, then one checksum line: the SHA-256 of every
 byte before it and the number of lines. `replay_log` checks the whole file first (checksum, shape, the
@@ -32,8 +32,7 @@ import numpy.typing as npt
 
 from grandbo.embeddings.base import as_float32
 from grandbo.errors import GrandboError, ImportFormatError, InvalidInputError
-from grandbo.files import replaced_privately, writable
-from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, parse_entry, utcnow
+from grandbo.model import EmbeddingSpace, Entry, EventType, NewEntry, parse_entry
 from grandbo.names import CATALOG, NAMED, merged, stored_names
 from grandbo.ports import Document, DocumentEvent, DocumentLog, NewEvent, OrgDocuments, OrgEntries
 from grandbo.redaction import Redactor
@@ -41,7 +40,8 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alert_text, alerts, incident_model, replayed_outcomes
 from grandbo.tiers.effectiveness import zoned
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
-from grandbo.tiers.learning_model import FOLDS
+from grandbo.tiers.log_export import FORMAT, VERSION
+from grandbo.tiers.log_export import export_log as export_log  # the export, with the replay it is read by
 from grandbo.tiers.operations import OUTCOMES, SETTINGS
 from grandbo.values import MAX_META_DEPTH, text_problem
 
@@ -51,11 +51,9 @@ _MASKED: dict[str, Callable[[dict[str, Any], Redactor], dict[str, Any]]] = {
     alerts.ALERTS: alert_text.masked,
 }
 
-FORMAT = "grandbo-event-log"
 # Events a replay writes in one transaction: one org's whole log in one held the embedded store's write lock, and
 # every other org's writes, for as long as it took (40,000 entries: 4.4 s; past 10 s they are refused, probe 24).
 REPLAY_CHUNK = 2_000
-VERSION = 1
 _ENTRY_FIELDS = set(NewEntry.model_fields) - {"id"}
 
 
@@ -76,80 +74,6 @@ class ReplayReport:
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
-
-
-def _portable(collection: str, data: Any) -> Any:
-    """A document's data as exported: a fold cursor without the store-wide numbers it keeps (its signal's newest
-    write and the org's epoch), which showed how much the whole store wrote; a replay finds it by its signal."""
-    if collection == FOLDS and isinstance(data, dict):
-        return {key: value for key, value in data.items() if key not in ("seq", "epoch")}
-    return data
-
-
-def _line(record: dict[str, Any]) -> bytes:
-    return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
-
-
-def export_log(
-    org: str, entries: OrgEntries, documents: OrgDocuments, path: Path, *, with_secrets: bool = False
-) -> dict[str, int]:
-    """Write the organization's whole log as JSONL with a checksum line; return the counts written.
-
-    Webhook signing secrets are left out (their documents and history) unless `with_secrets`: an export handed
-    to someone for analysis must not carry what signs deliveries; a move to a new machine asks for them. The
-    header names the signed sources left out (`secrets_withheld`), so the replay can say which need a new one.
-    API keys are there as hashes (a hash of 32 random bytes gives nothing away), so a moved org's keys work."""
-    writable(path, "an export")
-    # One snapshot for every read: a write committed meanwhile is wholly in the export or wholly not.
-    with entries.consistent_read():
-        space = entries.space()
-        events = entries.events()
-        active = [entry.id for entry in entries.entries()]
-        doc_log = documents.log()
-        withheld: list[str] = []
-        if not with_secrets:
-            withheld = sorted(d.doc_id for d in doc_log.documents if d.collection == WEBHOOK_SECRETS
-                              and (d.data or {}).get("secrets"))  # fmt: skip
-            doc_log = DocumentLog([e for e in doc_log.events if e.collection != WEBHOOK_SECRETS],
-                                  [d for d in doc_log.documents if d.collection != WEBHOOK_SECRETS])  # fmt: skip
-        counts = {"events": len(events), "vectors": 0, "document_events": len(doc_log.events),
-                  "documents": len(doc_log.documents), "secrets_withheld": len(withheld)}  # fmt: skip
-        digest = hashlib.sha256()
-        lines = 0
-        # Owner-only whatever it holds: the org's memory, its key hashes and (with_secrets) the webhook secrets in
-        # clear; the umask would leave it readable by every user.
-        with replaced_privately(path, "wb", "the export") as handle:
-
-            def write(record: dict[str, Any]) -> None:
-                nonlocal lines
-                data = _line(record)
-                digest.update(data)
-                handle.write(data)
-                lines += 1
-
-            write({"format": FORMAT, "version": VERSION, "org": org, "exported_at": utcnow().isoformat(),
-                   "space": space.model_dump(mode="json") if space else None,
-                   "language": entries.language() or AUTO, "secrets_withheld": withheld})  # fmt: skip
-            for event in events:
-                write({"event": {"entry_id": event.entry_id, "type": event.type.value, "payload": event.payload,
-                                 "actor": event.actor, "at": event.at.isoformat()}})  # fmt: skip
-            for start in range(0, len(active), 1000):
-                found = entries.vectors(active[start : start + 1000])
-                for entry_id in active[start : start + 1000]:
-                    if (vector := found.get(entry_id)) is not None:
-                        write({"vector": {"entry_id": entry_id, "vector": vector.tolist()}})
-                        counts["vectors"] += 1
-            for doc_event in doc_log.events:
-                write({"document_event": {"collection": doc_event.collection, "doc_id": doc_event.doc_id,
-                                          "type": doc_event.type,
-                                          "data": _portable(doc_event.collection, doc_event.data),
-                                          "actor": doc_event.actor, "at": doc_event.at.isoformat()}})  # fmt: skip
-            for document in doc_log.documents:
-                write({"document": {"collection": document.collection, "doc_id": document.doc_id, "ref": document.ref,
-                                    "data": _portable(document.collection, document.data), "version": document.version,
-                                    "updated_at": document.updated_at.isoformat()}})  # fmt: skip
-            handle.write(_line({"checksum": {"sha256": digest.hexdigest(), "lines": lines}}))
-    return counts
 
 
 @dataclass

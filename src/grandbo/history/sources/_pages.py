@@ -53,13 +53,17 @@ class PagedReader:
     build: Build
     singles: bool = False
 
-    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
-        """Every record of every page at `path`, in order (`read_each`); a `mapping` is an error: none is needed."""
+    def check(self, mapping: dict[str, str] | None) -> None:
         if mapping:
             raise ImportFormatError(
-                f"The {self.name} source takes no --map (?map= over REST): it reads the vendor's own fields.",
+                f"The {self.name} source takes no --map (?map= over REST): it reads the vendor's own fields. Import "
+                "again without it.",
                 detail={"source": self.name},
             )
+
+    def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
+        """Every record of every page at `path`, in order (`read_each`); a `mapping` is an error: none is needed."""
+        self.check(mapping)
         return read_each(path, self.key, self.expected, self.build, singles=self.singles, vendor=self.name)
 
 

@@ -33,6 +33,9 @@ class Csv:
 
     name = "csv"
 
+    def check(self, mapping: dict[str, str] | None) -> None:
+        parse_mapping(mapping)
+
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)
         csv.field_size_limit(min(sys.maxsize, MAX_RECORD))  # a post-mortem in one cell

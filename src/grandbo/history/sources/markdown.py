@@ -73,14 +73,18 @@ class MarkdownReader:
     def __init__(self, max_bytes: int = MAX_BYTES) -> None:
         self.max_bytes = max_bytes
 
+    def check(self, mapping: dict[str, str] | None) -> None:
+        if mapping:
+            raise ImportFormatError(
+                "The markdown source takes no --map (?map= over REST): it reads the headings and front matter. "
+                "Import again without it.",
+                detail={"source": self.name},
+            )
+
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """Each post-mortem under `path` (a folder, walked in sorted order, or one file) as an incident or a
         refusal, one file at a time. A missing path, or a folder holding no Markdown, is an ImportFormatError."""
-        if mapping:
-            raise ImportFormatError(
-                "The markdown source takes no --map (?map= over REST): it reads the headings and front matter.",
-                detail={"source": self.name},
-            )
+        self.check(mapping)
         path = Path(path)
         if path.is_file():
             yield self.read_file(path, path.name)

@@ -62,6 +62,9 @@ class JsonLines:
 
     name = "jsonl"
 
+    def check(self, mapping: dict[str, str] | None) -> None:
+        parse_mapping(mapping)
+
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)
         _refuse_document(path)

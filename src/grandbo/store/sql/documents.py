@@ -234,6 +234,12 @@ def page_of(rows: Iterable[tuple[Sequence[Any], int]], limit: int) -> tuple[list
     return kept, False
 
 
+# A drop is recorded (`since_dropped`) only of an org holding an API key, active or revoked (a revoked key's document
+# stays): no process's key cache (`tiers.key_cache`) holds a key of an org that never had one. Read in the drop's
+# transaction, under what a key's write takes, on both backends.
+HAS_KEYS = "SELECT 1 FROM documents WHERE org_id = {p} AND collection = 'api_key' LIMIT 1"
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """A document write with its JSON made before the write's transaction: what its history records, serialized,

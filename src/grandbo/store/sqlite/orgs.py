@@ -23,6 +23,7 @@ from grandbo.incarnation import Incarnation
 from grandbo.model import utcnow
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
+from grandbo.store.sql.documents import HAS_KEYS
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, marks
 from grandbo.store.sqlite.erasure import erasing
@@ -82,7 +83,9 @@ class Orgs(Connection):
                     db.execute("DELETE FROM store_meta WHERE key LIKE ? AND value < ?",
                                (DROPPED + "%", (now - timedelta(seconds=DROPS_KEPT_S)).isoformat()))  # fmt: skip
                     exists = db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None
-                    kept = (DROPPED, DROPPING) if exists else (DROPPED,)  # its rows' deletion marked only if any
+                    keyed = db.execute(HAS_KEYS.format(p="?"), (org_id,)).fetchone() is not None
+                    # its rows' deletion marked only if any; the drop's time only if a key cache may hold its keys
+                    kept = (DROPPED,) * keyed + (DROPPING,) * exists
                     db.executemany(f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
                                    [(key + org_id, now.isoformat()) for key in kept])  # fmt: skip
                     db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN ({marks(len(CREDENTIALS))})",
