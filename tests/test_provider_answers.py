@@ -22,6 +22,8 @@ from grandbo.embeddings.openai import OpenAIProvider
 from grandbo.errors import EmbeddingError, ProviderUnavailableError
 from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
+from grandbo.tiers.edit_rules import Category
+from grandbo.tiers.learning_llm import classified_by_llm
 from tests.fakes import FakeEmbeddings
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
@@ -197,3 +199,24 @@ def test_an_answer_python_cannot_hold_skips_the_vector_arm_and_leaves_the_job(tm
     assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
     assert any(note.startswith("vector arm skipped") for note in result.notes), result.notes
     assert errors and "Error:" not in errors[0], errors  # the provider's answer said, not a Python exception's
+
+
+_DEEP_ANSWER = '{"category": "tone", "summary": ' + "[" * 3000 + "]" * 3000 + "}"
+
+
+@pytest.mark.parametrize("make", [
+    lambda url: OpenAIChatClient(url, "fake-chat", None, timeout=1.0),
+    lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
+    lambda url: BedrockConverseClient("fake-chat", "us-east-1", url, timeout=1.0),
+], ids=["openai", "anthropic", "bedrock"])  # fmt: skip
+@pytest.mark.parametrize("misbehaving", [{"raw_chat": b"[" * 3000 + b"]" * 3000}, {"chat_answers": [_DEEP_ANSWER]}],
+                         ids=["nested body", "nested answer"])  # fmt: skip
+def test_an_llm_answer_nested_past_the_parser_leaves_the_rules_classification(fake, make, misbehaving):
+    """Nested past Python's parser, an answer raised RecursionError, which no caller expected: an edit's learning
+    failed (its write-behind retried to the end, the rules' classification never kept) instead of falling back."""
+    for name, value in misbehaving.items():
+        setattr(fake.behaviour, name, list(value) if isinstance(value, list) else value)  # the fake pops answers
+    fallback = (Category.STRUCTURE, "the rules' summary", "rules")
+    client = make(fake.url)
+    assert classified_by_llm(client, "acme", "a draft", "an edited draft", fallback) == fallback
+    client.close()
