@@ -39,6 +39,7 @@ class Behaviour:
     drop_one: bool = False  # answer with one vector fewer than asked
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
+    reject_status: int = 400  # (or this status: 401, the account refused)
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
     # texts containing a marker get that value (NaN, Infinity: sent as JSON's NaN/Infinity tokens) as their
     # vector's first component
@@ -197,7 +198,7 @@ class FakeEmbeddings:
                 if behaviour.on_embed is not None:
                     behaviour.on_embed(texts)
                 if any(marker in text for marker in behaviour.reject_for for text in texts):
-                    self._send(400, {"error": {"message": "fake rejection: input too long"}})
+                    self._send(behaviour.reject_status, {"error": {"message": "fake rejection: input too long"}})
                     return
                 if behaviour.drop_one:
                     texts = texts[:-1]

@@ -2,8 +2,10 @@
 
 Failures never touch the entries. A provider that is down, slow, or answers anything but one finite vector of
 its dimension per text (`embed_checked`) leaves every job of the batch in the outbox with a later retry time,
-and nothing of that answer is written. An all-zero vector is no failure: the text has nothing the provider can
-embed, so its job is settled as unembeddable (`ports.UNEMBEDDABLE`) and the entry is found by its words only.
+and nothing of that answer is written; a failure that may be one text's (not an outage, nor the account refused)
+has the batch asked again in halves first (`EmbedWorker._apart`), so that only the text at fault waits. An
+all-zero vector is no failure: the text has nothing the provider can embed, so its job is settled as unembeddable
+(`ports.UNEMBEDDABLE`) and the entry is found by its words only.
 
 A worker that ends while it holds a claim (killed, the OOM killer) loses it: a worker on the same machine proves it
 gone and ends its leases at once (`take_over`, its leases record their holder), one elsewhere waits for them to run
@@ -27,7 +29,13 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embeddings.base import Provider, embed_checked, space_of
-from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
+from grandbo.errors import (
+    EmbeddingError,
+    GrandboError,
+    ProviderUnavailableError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
@@ -143,7 +151,8 @@ class EmbedWorker:
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
-                    self._retry_later(batch, caught, report)
+                    if self._apart(batch, caught, report, claimed_at + budget):
+                        continue
                     break
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
                     self._measured(len(batch), time.monotonic() - began)
@@ -170,6 +179,36 @@ class EmbedWorker:
                 log.warning("memory.embedding_lease_taken_over", org_id=org_id, jobs=count,
                             holder_pid=json.loads(holder).get("pid"))  # fmt: skip
         return ended
+
+    # A provider refuses a batch for one text in it (HTTP 400: too long for the model, a content filter) or answers
+    # it unusably (one text's vector NaN), and every job of the batch counts the attempt; a claim deals a batch
+    # across orgs, and the text's and the jobs retried with it came back together: one org's text failed another's
+    # entries to the end of their attempts (probe 31). Such a batch is embedded again in halves, down to the text
+    # at fault. Not for an outage (ProviderUnavailableError) nor an account refused (401-404): every half would be.
+    _ACCOUNT = frozenset({401, 402, 403, 404})
+
+    def _apart(self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float) -> bool:
+        """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable,
+        down to the jobs at fault, which count the attempt; the whole batch counts it when the failure is no text's
+        or the claim's time is up (`until`, monotonic). Whether the claim goes on (no outage met); a half left
+        untried then goes back to the outbox untouched."""
+        account = isinstance(caught, GrandboError) and caught.detail.get("status") in self._ACCOUNT
+        if len(batch) == 1 or isinstance(caught, ProviderUnavailableError) or account or time.monotonic() >= until:
+            self._retry_later(batch, caught, report)
+            return len(batch) == 1 and not isinstance(caught, ProviderUnavailableError) and not account
+        halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+        for number, half in enumerate(halves):
+            try:
+                vectors = embed_checked(self.provider, [job.text for job in half])
+            except Exception as failed:
+                if self._apart(half, failed, report, until):
+                    continue
+                if number == 0:
+                    self.store.release_jobs(halves[1])
+                    report.claimed -= len(halves[1])
+                return False
+            self._complete(half, vectors, report)
+        return True
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
         error = (
