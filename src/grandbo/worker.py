@@ -28,14 +28,8 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, embed_checked, space_of
-from grandbo.errors import (
-    EmbeddingError,
-    GrandboError,
-    ProviderUnavailableError,
-    StoreFullError,
-    StoreUnavailableError,
-)
+from grandbo.embeddings.base import Provider, embed_checked, space_of, texts_fault
+from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
@@ -184,18 +178,16 @@ class EmbedWorker:
     # it unusably (one text's vector NaN), and every job of the batch counts the attempt; a claim deals a batch
     # across orgs, and the text's and the jobs retried with it came back together: one org's text failed another's
     # entries to the end of their attempts (probe 31). Such a batch is embedded again in halves, down to the text
-    # at fault. Not for an outage (ProviderUnavailableError) nor an account refused (401-404): every half would be.
-    _ACCOUNT = frozenset({401, 402, 403, 404})
+    # at fault (`texts_fault`). Not for an outage nor an account refused (401-404): every half would be.
 
     def _apart(self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float) -> bool:
         """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable,
         down to the jobs at fault, which count the attempt; the whole batch counts it when the failure is no text's
         or the claim's time is up (`until`, monotonic). Whether the claim goes on (no outage met); a half left
         untried then goes back to the outbox untouched."""
-        account = isinstance(caught, GrandboError) and caught.detail.get("status") in self._ACCOUNT
-        if len(batch) == 1 or isinstance(caught, ProviderUnavailableError) or account or time.monotonic() >= until:
+        if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
             self._retry_later(batch, caught, report)
-            return len(batch) == 1 and not isinstance(caught, ProviderUnavailableError) and not account
+            return len(batch) == 1 and texts_fault(caught)
         halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
         for number, half in enumerate(halves):
             try:

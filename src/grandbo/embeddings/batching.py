@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of
+from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of, texts_fault
 from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
@@ -122,6 +122,17 @@ class QueryBatcher:
             alone = self._busy == 1 and len(batch) == 1 and self._waiting.empty()
         model = self.solo if alone and self.solo is not None else self.inner
         try:
+            self._settle(model, batch)
+        finally:
+            with self._lock:
+                self._busy -= 1
+
+    def _settle(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
+        """Each query of `batch` answered: its vector, or the provider's error. A batch holds every org's queries of
+        the moment, and a provider refuses a request for one text in it (HTTP 400) or an answer unusable in one place:
+        such a batch is asked again in halves (`texts_fault`), down to the query at fault, so that one org's topic
+        costs no other org's recall its vector arm (probe 31)."""
+        try:
             vectors = model.embed([text for text, _ in batch], "query")
             if len(vectors) != len(batch):
                 raise EmbeddingCountError(
@@ -129,12 +140,13 @@ class QueryBatcher:
                     detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
                 )
         except BaseException as error:  # each waiting request gets the provider's own error
+            if len(batch) > 1 and texts_fault(error):
+                self._settle(model, batch[: len(batch) // 2])
+                self._settle(model, batch[len(batch) // 2 :])
+                return
             for _, done in batch:
                 done.set_exception(error)
             return
-        finally:
-            with self._lock:
-                self._busy -= 1
         for (_, done), vector in zip(batch, vectors, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
 
