@@ -49,3 +49,20 @@ def test_another_orgs_text_the_provider_refuses_never_fails_this_orgs_entries(tm
     assert (evil.readable, evil.failed) == (0, 1)  # the text at fault counts its own attempts
     for hit in entries:  # each under its own entry
         assert vectors[hit.entry.id].tolist() == pytest.approx(vector_for(hit.entry.title, 8), abs=1e-6)
+
+
+def test_a_provider_that_refuses_every_request_is_asked_three_times_a_batch(tmp_path, fake, database_url):
+    """Refused whatever it holds (an unsupported dimension, a model the key cannot use as asked), a batch is not halved
+    down to each text (2n-1 calls: 127 for 64): both halves fail, so the whole batch counts the attempt, and the
+    claim stops there."""
+    fake.behaviour.reject_for = {""}  # every text
+    settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=64)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        grandbo._store.append("acme", [memory._writes._remembered(parse_entry({"title": f"entry {n}"}), utcnow(), "t")
+                                       for n in range(64)])  # fmt: skip
+        asked = len(fake.behaviour.requests)
+        report = grandbo.worker().run_once()
+        assert (report.claimed, report.failed) == (64, 64)
+        assert len(fake.behaviour.requests) - asked <= 3  # the batch, then its two halves (at most)
+        assert memory.stats().pending == 64

@@ -54,3 +54,28 @@ def test_a_topic_the_provider_refuses_fails_only_its_own_recall(fault):
             batcher.close()
     asked = [request["body"]["input"] for request in fake.behaviour.requests]
     assert asked[1] == ["poison topic of one org", "disk full topic of another org"]  # batched together
+
+
+def test_a_provider_that_refuses_every_query_is_asked_three_times_a_batch():
+    """Refused whatever it holds, a batch of queries is not halved down to each (2n-1 calls): both halves fail, and
+    every query gets the batch's error."""
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(openai_base_url=fake.url, openai_model="fake-embed", openai_dimension=8,
+                            openai_api_key="test-key", http_timeout_seconds=30)  # fmt: skip
+        fake.behaviour.reject_for = {"refused"}
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
+        batcher = QueryBatcher(get_provider("openai", settings), lanes=1)
+        try:
+            first = batcher.ask("first topic, held by the provider")
+            while not fake.behaviour.requests:
+                threading.Event().wait(0.01)
+            waiting = [batcher.ask(f"refused topic {n}") for n in range(8)]
+            fake.behaviour.hold.set()
+            first.result(timeout=30)
+            for done in waiting:
+                with pytest.raises(EmbeddingError):
+                    done.result(timeout=30)
+        finally:
+            fake.behaviour.hold.set()
+            batcher.close()
+    assert len(fake.behaviour.requests) <= 1 + 3  # the first; the batch, then its two halves (at most)

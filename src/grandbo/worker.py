@@ -181,26 +181,36 @@ class EmbedWorker:
     # at fault (`texts_fault`). Not for an outage nor an account refused (401-404): every half would be.
 
     def _apart(self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float) -> bool:
-        """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable,
-        down to the jobs at fault, which count the attempt; the whole batch counts it when the failure is no text's
-        or the claim's time is up (`until`, monotonic). Whether the claim goes on (no outage met); a half left
-        untried then goes back to the outbox untouched."""
+        """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable, and
+        the half that failed alone halved again, down to the job at fault, which counts the attempt. The whole batch
+        counts it when the failure is no text's, the claim's time is up (`until`, monotonic), or both halves fail
+        (a refusal of every request, an unsupported dimension: 3 calls, not 2n-1). Whether the claim goes on; after
+        an outage met in the first half, the second goes back to the outbox untried."""
         if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
             self._retry_later(batch, caught, report)
             return len(batch) == 1 and texts_fault(caught)
         halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
-        for number, half in enumerate(halves):
+        answers: list[list[npt.NDArray[np.float32] | None] | Exception] = []
+        for half in halves:
             try:
-                vectors = embed_checked(self.provider, [job.text for job in half])
-            except Exception as failed:
-                if self._apart(half, failed, report, until):
-                    continue
-                if number == 0:
-                    self.store.release_jobs(halves[1])
-                    report.claimed -= len(halves[1])
-                return False
-            self._complete(half, vectors, report)
-        return True
+                answers.append(embed_checked(self.provider, [job.text for job in half]))
+            except Exception as error:
+                answers.append(error)
+                if not texts_fault(error):
+                    break
+        tried = list(zip(halves, answers, strict=False))  # (the second is untried after an outage in the first)
+        failed = [(half, answer) for half, answer in tried if isinstance(answer, Exception)]
+        if len(tried) == 1 or len(failed) == 2:
+            for half, refused in failed:
+                self._retry_later(half, refused, report)
+            if len(tried) == 1:
+                self.store.release_jobs(halves[1])
+                report.claimed -= len(halves[1])
+            return False
+        for half, answer in tried:
+            if not isinstance(answer, Exception):
+                self._complete(half, answer, report)
+        return not failed or self._apart(failed[0][0], failed[0][1], report, until)
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
         error = (

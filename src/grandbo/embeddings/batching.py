@@ -130,24 +130,44 @@ class QueryBatcher:
     def _settle(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
         """Each query of `batch` answered: its vector, or the provider's error. A batch holds every org's queries of
         the moment, and a provider refuses a request for one text in it (HTTP 400) or an answer unusable in one place:
-        such a batch is asked again in halves (`texts_fault`), down to the query at fault, so that one org's topic
-        costs no other org's recall its vector arm (probe 31)."""
+        such a batch is asked again in halves (`texts_fault`), and the half that failed alone halved again, down to
+        the query at fault, so that one org's topic costs no other org's recall its vector arm (probe 31). When both
+        halves fail, every query gets the batch's error (a refusal of every request: 3 calls, not 2n-1)."""
+        answer = self._embedded(model, batch)
+        if isinstance(answer, BaseException) and len(batch) > 1 and texts_fault(answer):
+            halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+            answers = [self._embedded(model, half) for half in halves]
+            if all(isinstance(each, BaseException) for each in answers):
+                self._answered(batch, answer)
+                return
+            for half, each in zip(halves, answers, strict=True):
+                if isinstance(each, BaseException) and len(half) > 1 and texts_fault(each):
+                    self._settle(model, half)
+                else:
+                    self._answered(half, each)
+            return
+        self._answered(batch, answer)
+
+    def _embedded(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> Vectors | BaseException:
+        """The provider's vectors for the batch's texts, or its error."""
         try:
             vectors = model.embed([text for text, _ in batch], "query")
-            if len(vectors) != len(batch):
-                raise EmbeddingCountError(
-                    f"{self.name} returned {len(vectors)} vectors for {len(batch)} queries.",
-                    detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
-                )
         except BaseException as error:  # each waiting request gets the provider's own error
-            if len(batch) > 1 and texts_fault(error):
-                self._settle(model, batch[: len(batch) // 2])
-                self._settle(model, batch[len(batch) // 2 :])
-                return
+            return error
+        if len(vectors) != len(batch):
+            return EmbeddingCountError(
+                f"{self.name} returned {len(vectors)} vectors for {len(batch)} queries.",
+                detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
+            )
+        return vectors
+
+    @staticmethod
+    def _answered(batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException) -> None:
+        if isinstance(answer, BaseException):
             for _, done in batch:
-                done.set_exception(error)
+                done.set_exception(answer)
             return
-        for (_, done), vector in zip(batch, vectors, strict=True):
+        for (_, done), vector in zip(batch, answer, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
 
 
