@@ -56,13 +56,13 @@ def test_a_topic_the_provider_refuses_fails_only_its_own_recall(fault):
     assert asked[1] == ["poison topic of one org", "disk full topic of another org"]  # batched together
 
 
-def test_a_provider_that_refuses_every_query_is_asked_three_times_a_batch():
-    """Refused whatever it holds, a batch of queries is not halved down to each (2n-1 calls): both halves fail, and
-    every query gets the batch's error."""
+def test_a_provider_that_refuses_every_query_is_asked_four_times_a_batch():
+    """Refused whatever it holds, a batch of queries is not halved down to each (2n-1 calls): both halves fail, so does
+    a text of no tenant's alone (`CANARY`), and every query gets the batch's error."""
     with FakeEmbeddings(dimension=8) as fake:
         settings = Settings(openai_base_url=fake.url, openai_model="fake-embed", openai_dimension=8,
                             openai_api_key="test-key", http_timeout_seconds=30)  # fmt: skip
-        fake.behaviour.reject_for = {"refused"}
+        fake.behaviour.reject_for = {""}  # every text
         fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
         batcher = QueryBatcher(get_provider("openai", settings), lanes=1)
         try:
@@ -71,11 +71,10 @@ def test_a_provider_that_refuses_every_query_is_asked_three_times_a_batch():
                 threading.Event().wait(0.01)
             waiting = [batcher.ask(f"refused topic {n}") for n in range(8)]
             fake.behaviour.hold.set()
-            first.result(timeout=30)
-            for done in waiting:
+            for done in [first, *waiting]:
                 with pytest.raises(EmbeddingError):
                     done.result(timeout=30)
         finally:
             fake.behaviour.hold.set()
             batcher.close()
-    assert len(fake.behaviour.requests) <= 1 + 3  # the first; the batch, then its two halves (at most)
+    assert len(fake.behaviour.requests) <= 1 + 4  # the first; the batch, its two halves, the canary (at most)

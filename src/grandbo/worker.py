@@ -28,7 +28,7 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, embed_checked, space_of, texts_fault
+from grandbo.embeddings.base import CANARY, Provider, embed_checked, space_of, texts_fault
 from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
@@ -180,12 +180,15 @@ class EmbedWorker:
     # entries to the end of their attempts (probe 31). Such a batch is embedded again in halves, down to the text
     # at fault (`texts_fault`). Not for an outage nor an account refused (401-404): every half would be.
 
-    def _apart(self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float) -> bool:
+    def _apart(
+        self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float, *, texts: bool = False
+    ) -> bool:
         """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable, and
-        the half that failed alone halved again, down to the job at fault, which counts the attempt. The whole batch
-        counts it when the failure is no text's, the claim's time is up (`until`, monotonic), or both halves fail
-        (a refusal of every request, an unsupported dimension: 3 calls, not 2n-1). Whether the claim goes on; after
-        an outage met in the first half, the second goes back to the outbox untried."""
+        a half that failed halved again, down to the jobs at fault, which count the attempt. The whole batch counts
+        it when the failure is no text's, the claim's time is up (`until`, monotonic), or both halves fail and a text
+        of no tenant's (`CANARY`) fails alone too: the provider refuses every request (an unsupported dimension), 4
+        calls, not 2n-1. `texts`: that text was embedded since the batch failed. Whether the claim goes on; after an
+        outage met, what is left of the batch goes back to the outbox (what was tried counts the attempt)."""
         if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
             self._retry_later(batch, caught, report)
             return len(batch) == 1 and texts_fault(caught)
@@ -200,7 +203,8 @@ class EmbedWorker:
                     break
         tried = list(zip(halves, answers, strict=False))  # (the second is untried after an outage in the first)
         failed = [(half, answer) for half, answer in tried if isinstance(answer, Exception)]
-        if len(tried) == 1 or len(failed) == 2:
+        texts = texts or (len(failed) == 2 and self._embeds(CANARY))
+        if len(tried) == 1 or (len(failed) == 2 and not texts):
             for half, refused in failed:
                 self._retry_later(half, refused, report)
             if len(tried) == 1:
@@ -210,7 +214,20 @@ class EmbedWorker:
         for half, answer in tried:
             if not isinstance(answer, Exception):
                 self._complete(half, answer, report)
-        return not failed or self._apart(failed[0][0], failed[0][1], report, until)
+        for number, (half, refused) in enumerate(failed):
+            if not self._apart(half, refused, report, until, texts=texts):
+                for other, its in failed[number + 1 :]:
+                    self._retry_later(other, its, report)
+                return False
+        return True
+
+    def _embeds(self, text: str) -> bool:
+        """Whether the provider embeds `text` alone (its vector unused)."""
+        try:
+            embed_checked(self.provider, [text])
+        except Exception:
+            return False
+        return True
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
         error = (

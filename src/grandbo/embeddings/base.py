@@ -122,6 +122,9 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
     return out
 
 
+CANARY = "disk full on the primary database"
+"""A text of no tenant's that every provider embeds: asked alone when both halves of a failed batch fail too, it tells
+a provider that refuses every request (the batch fails whole) from several texts it refuses (halved on)."""
 ACCOUNT_REFUSED = frozenset({401, 402, 403, 404})  # a provider's statuses that refuse the account, not a text
 
 

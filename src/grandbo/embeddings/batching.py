@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of, texts_fault
+from grandbo.embeddings.base import CANARY, Provider, Purpose, Vectors, get_provider, space_of, texts_fault
 from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
@@ -130,21 +130,26 @@ class QueryBatcher:
     def _settle(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
         """Each query of `batch` answered: its vector, or the provider's error. A batch holds every org's queries of
         the moment, and a provider refuses a request for one text in it (HTTP 400) or an answer unusable in one place:
-        such a batch is asked again in halves (`texts_fault`), and the half that failed alone halved again, down to
-        the query at fault, so that one org's topic costs no other org's recall its vector arm (probe 31). When both
-        halves fail, every query gets the batch's error (a refusal of every request: 3 calls, not 2n-1)."""
-        answer = self._embedded(model, batch)
+        such a batch is asked again in halves (`texts_fault`), and a half that failed halved again, down to the queries
+        at fault, so that one org's topic costs no other org's recall its vector arm (probe 31). When both halves fail
+        and so does a text of no tenant's alone (`CANARY`), every query gets the batch's error (a refusal of
+        every request: 4 calls, not 2n-1)."""
+        self._apart(model, batch, self._embedded(model, batch))
+
+    def _apart(
+        self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException,
+        texts: bool = False,
+    ) -> None:  # fmt: skip
+        """`answer` for `batch`, or its halves' (`_settle`); `texts`: `CANARY` was embedded since it failed."""
         if isinstance(answer, BaseException) and len(batch) > 1 and texts_fault(answer):
             halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
             answers = [self._embedded(model, half) for half in halves]
-            if all(isinstance(each, BaseException) for each in answers):
-                self._answered(batch, answer)
+            both = all(isinstance(each, BaseException) for each in answers)
+            if both and not (texts or not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException)):
+                self._answered(batch, answer)  # every request refused
                 return
             for half, each in zip(halves, answers, strict=True):
-                if isinstance(each, BaseException) and len(half) > 1 and texts_fault(each):
-                    self._settle(model, half)
-                else:
-                    self._answered(half, each)
+                self._apart(model, half, each, texts or both)
             return
         self._answered(batch, answer)
 
