@@ -39,6 +39,7 @@ class Behaviour:
     drop_one: bool = False  # answer with one vector fewer than asked
     wrong_dimension_for: set[str] = field(default_factory=set)  # texts containing these get dimension + 1
     reject_for: set[str] = field(default_factory=set)  # a request with a text containing one of these gets 400
+    reject_status: int = 400  # (or this status: 401, the account refused)
     zero_for: set[str] = field(default_factory=set)  # texts containing these get an all-zero vector
     # texts containing a marker get that value (NaN, Infinity: sent as JSON's NaN/Infinity tokens) as their
     # vector's first component
@@ -54,6 +55,7 @@ class Behaviour:
     on_embed: Callable[[list[str]], None] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
+    raw_embeddings: bytes | None = None  # the embeddings APIs (OpenAI's, Bedrock's) answer with these bytes instead
     requests: list[dict[str, Any]] = field(default_factory=list)
     # chat requests (recorded first) wait for `hold` to be set, at most `hold_s`: an LLM still thinking, for as
     # long as a test wants, without a timing
@@ -176,6 +178,9 @@ class FakeEmbeddings:
                     return
                 if self.path.startswith("/model/"):  # Bedrock InvokeModel: one text per call
                     text = body["inputText"]
+                    if behaviour.raw_embeddings is not None:
+                        self._send_raw(behaviour.raw_embeddings)
+                        return
                     self._send(
                         200,
                         {
@@ -187,10 +192,13 @@ class FakeEmbeddings:
                     )
                     return
                 texts = body["input"]
+                if behaviour.raw_embeddings is not None:
+                    self._send_raw(behaviour.raw_embeddings)
+                    return
                 if behaviour.on_embed is not None:
                     behaviour.on_embed(texts)
                 if any(marker in text for marker in behaviour.reject_for for text in texts):
-                    self._send(400, {"error": {"message": "fake rejection: input too long"}})
+                    self._send(behaviour.reject_status, {"error": {"message": "fake rejection: input too long"}})
                     return
                 if behaviour.drop_one:
                     texts = texts[:-1]

@@ -199,13 +199,14 @@ FAULTS = {
     ("provider", "fault"),
     [("openai", fault) for fault in FAULTS] + [("bedrock", "a vector of the wrong dimension"), ("bedrock", "a NaN")],
 )
-def test_an_answer_with_one_bad_vector_fails_the_whole_batch_and_files_nothing(
+def test_an_answer_with_one_bad_vector_files_nothing_of_it_and_its_batch_mates_are_embedded_apart(
     tmp_path, fake, hosted, monkeypatch, provider, fault
 ):
-    """A provider answer is used only when every vector has the declared dimension and is finite: else the whole
-    batch fails (the entries stay stored and queued, with an attempt counted), a log line says what was wrong,
-    and once the provider answers well each entry gets its own vector. Before, a bad vector failed only its own
-    job, for good, and the others of the answer were written."""
+    """A provider answer is used only when every vector has the declared dimension and is finite: else nothing of
+    it is written, a log line says what was wrong, and the batch is asked again in halves (`EmbedWorker._apart`),
+    so that its other texts get vectors of answers of their own and only the text at fault stays queued, with an
+    attempt counted; once the provider answers well it gets its own vector. Before, a bad vector failed only its
+    own job, for good, and the others of the answer were written; then, every job of the batch failed with it."""
     monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
     dimension = 8 if provider == "openai" else 256
@@ -218,15 +219,15 @@ def test_an_answer_with_one_bad_vector_fails_the_whole_batch_and_files_nothing(
         with structlog.testing.capture_logs() as logs:
             entries = memory.remember_many([{"title": text} for text in texts])
         stats = memory.stats()
-        assert (stats.total, stats.readable, stats.pending, stats.failed) == (3, 0, 3, 0)
-        assert {memory.embedding(entry.id).attempts for entry in entries} == {1}
+        assert (stats.total, stats.readable, stats.pending, stats.failed) == (3, 2, 1, 0)
+        assert memory.embedding(entries[1].id).attempts == 1
         said = [log for log in logs if log["event"] in ("embedding.unusable_answer", "embedding.malformed_answer")]
         assert said and any(word in said[0]["problem"] for word in ("shape", "NaN", "finite")), said
         assert any(log["event"] == "memory.embedding_failed" and log["error"] for log in logs)
         fake.behaviour.wrong_dimension_for, fake.behaviour.value_for = set(), {}
         report = grandbo.backfill()
         vectors = memory.vectors([entry.id for entry in entries])
-    assert report.errors == [] and report.embedded == 3
+    assert report.errors == [] and report.embedded == 1
     for entry, text in zip(entries, texts, strict=True):
         assert vectors[entry.id].tolist() == pytest.approx(vector_for(text, dimension), abs=1e-6), text
 
@@ -368,8 +369,13 @@ def queue_unembedded(grandbo, memory, titles):
     )
 
 
-def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouched(tmp_path, fake, hosted, raw):
-    fake.behaviour.reject_for = {"poison"}
+@pytest.mark.parametrize("status", [401, 400])
+def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouched(tmp_path, fake, hosted, raw,
+                                                                                   status):  # fmt: skip
+    """Refused for the account (401), the batch counts an attempt and the claim stops, its untried batches given
+    back; refused for one text (400), the batch is embedded again in halves down to that text, and the claim goes
+    on (`EmbedWorker._apart`)."""
+    fake.behaviour.reject_for, fake.behaviour.reject_status = {"poison"}, status
     settings = hosted(tmp_path, fake.url, embed_batch_size=2, embed_claim_seconds=100)
     with Grandbo.init(settings, embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
@@ -379,11 +385,16 @@ def test_a_rejected_batch_counts_an_attempt_and_the_untried_ones_go_back_untouch
         worker = grandbo.worker()
         assert worker.run_once().embedded == 2  # one batch while the provider is not timed yet
         report = worker.run_once()
-        assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
-        assert memory.stats().readable == 4
         outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")
-        assert [attempts for attempts, _ in outbox] == [1, 1, 0, 0]
-        assert [claimed for _, claimed in outbox] == [None] * 4
+        if status == 401:
+            assert (report.claimed, report.embedded, report.failed) == (4, 2, 2)  # batches 1 and 2 tried, 3 released
+            assert memory.stats().readable == 4
+            assert [attempts for attempts, _ in outbox] == [1, 1, 0, 0]
+        else:
+            assert (report.claimed, report.embedded, report.failed) == (6, 5, 1)  # only the poison failed
+            assert memory.stats().readable == 7
+            assert [attempts for attempts, _ in outbox] == [1]
+        assert [claimed for _, claimed in outbox] == [None] * len(outbox)
         fake.behaviour.reject_for = set()
         grandbo.backfill()
         assert memory.stats().readable == 8
@@ -473,17 +484,20 @@ def test_with_the_provider_down_a_triage_with_no_word_match_says_it_is_no_verdic
 )
 def test_an_answer_whose_indexes_are_not_each_text_once_files_no_vector(tmp_path, fake, hosted, index_of):
     """The vector at index i is filed under the i-th entry: an answer that does not name each text exactly once
-    fails the whole batch (the entries stay stored and queued), and the next good answer files each vector under
-    its own entry. Before, the first and the third of three entries got each other's vectors, and backfill kept
-    them."""
+    files no vector (the batch is asked again in halves, whose answers are checked alike), and the next good answer
+    files each vector under its own entry. Before, the first and the third of three entries got each other's
+    vectors, and backfill kept them."""
     texts = ["alpha pool exhausted on checkout-api", "beta eviction storm on redis", "gamma disk full on ledger-db"]
     with Grandbo.init(hosted(tmp_path, fake.url), embedding="openai") as grandbo:
         memory = grandbo.org("acme", create=True)
         fake.behaviour.index_of = index_of
         with structlog.testing.capture_logs() as logs:
             entries = memory.remember_many([{"title": text} for text in texts])
-        stats = memory.stats()
-        assert stats.readable == 0 and stats.pending == 3
+        stats, filed = memory.stats(), memory.vectors([entry.id for entry in entries])
+        assert stats.readable == len(filed) and stats.pending == 3 - len(filed)
+        for entry, text in zip(entries, texts, strict=True):  # only from an answer of a text alone ("every index 0")
+            if entry.id in filed:
+                assert filed[entry.id].tolist() == pytest.approx(vector_for(text, 8), abs=1e-6), text
         assert any(log["event"] == "embedding.malformed_answer" for log in logs)
         fake.behaviour.index_of = None
         grandbo.backfill()

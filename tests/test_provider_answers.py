@@ -22,6 +22,8 @@ from grandbo.embeddings.openai import OpenAIProvider
 from grandbo.errors import EmbeddingError, ProviderUnavailableError
 from grandbo.llm import ANSWER_BYTES, AnthropicClient, BedrockConverseClient, OpenAIChatClient
 from grandbo.service import Grandbo
+from grandbo.tiers.edit_rules import Category
+from grandbo.tiers.learning_llm import classified_by_llm
 from tests.fakes import FakeEmbeddings
 
 TOPIC = "checkout-api connection pool exhausted under retry storm"
@@ -164,3 +166,57 @@ def test_a_batch_answered_too_large_for_the_configured_dimension_names_the_setti
         provider.close()
     assert f"over {answer_limit(64, 256):,} bytes" in refused.value.message
     assert "GRANDBO_OPENAI_DIMENSION (256)" in refused.value.message
+
+
+_HUGE = b"1" + b"0" * 400  # a JSON number `json` reads as a Python int no float holds
+_NESTED = b"[" * 3000 + b"]" * 3000  # deeper than Python's parser goes (about 1,000 levels)
+UNREADABLE = {
+    "huge integer": {"openai": b'{"data": [{"index": 0, "embedding": [%s, 0, 0, 0, 0, 0, 0, 1]}]}' % _HUGE,
+                     "bedrock": b'{"embedding": [%s' % _HUGE + b", 0" * 255 + b"]}"},
+    "nested vector": {"openai": b'{"data": [{"index": 0, "embedding": %s}]}' % _NESTED,
+                      "bedrock": b'{"embedding": %s}' % _NESTED},
+    "nested body": {"openai": _NESTED, "bedrock": _NESTED},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", list(UNREADABLE))
+@pytest.mark.parametrize("provider", ["openai", "bedrock"])
+def test_an_answer_python_cannot_hold_skips_the_vector_arm_and_leaves_the_job(tmp_path, fake, provider, kind):
+    """An integer of 400 digits (`math.isfinite` raised OverflowError) or arrays nested past Python's parser
+    (RecursionError) are neither ValueError nor an EmbeddingError: every recall failed with HTTP 500 while the
+    provider answered so, instead of answering by its words (probe 31)."""
+    settings, _ = _query_settings(provider, tmp_path, fake.url)
+    with Grandbo.init(settings, embedding=provider) as grandbo:
+        memory = grandbo.org("acme", create=True)
+        fake.behaviour.raw_embeddings = UNREADABLE[kind][provider]
+        entry = memory.remember({"title": "checkout-api pool exhausted", "body": "retry storm from clients"})
+        result = memory.recall(TOPIC)
+        errors = grandbo.backfill().errors
+        assert memory.stats().pending == 1
+        fake.behaviour.raw_embeddings = None
+        grandbo.backfill()
+        assert memory.stats().unreadable == 0  # the next good answer is used
+    assert [hit.entry.id for hit in result.hits] == [entry.id]  # found by its words
+    assert any(note.startswith("vector arm skipped") for note in result.notes), result.notes
+    assert errors and "Error:" not in errors[0], errors  # the provider's answer said, not a Python exception's
+
+
+_DEEP_ANSWER = '{"category": "tone", "summary": ' + "[" * 3000 + "]" * 3000 + "}"
+
+
+@pytest.mark.parametrize("make", [
+    lambda url: OpenAIChatClient(url, "fake-chat", None, timeout=1.0),
+    lambda url: AnthropicClient(url, "fake-chat", None, timeout=1.0),
+    lambda url: BedrockConverseClient("fake-chat", "us-east-1", url, timeout=1.0),
+], ids=["openai", "anthropic", "bedrock"])  # fmt: skip
+@pytest.mark.parametrize("misbehaving", [{"raw_chat": b"[" * 3000 + b"]" * 3000}, {"chat_answers": [_DEEP_ANSWER]}],
+                         ids=["nested body", "nested answer"])  # fmt: skip
+def test_an_llm_answer_nested_past_the_parser_leaves_the_rules_classification(fake, make, misbehaving):
+    """Nested past Python's parser, an answer raised RecursionError, which no caller expected: an edit's learning
+    failed (its write-behind retried to the end, the rules' classification never kept) instead of falling back."""
+    for name, value in misbehaving.items():
+        setattr(fake.behaviour, name, list(value) if isinstance(value, list) else value)  # the fake pops answers
+    fallback = (Category.STRUCTURE, "the rules' summary", "rules")
+    client = make(fake.url)
+    assert classified_by_llm(client, "acme", "a draft", "an edited draft", fallback) == fallback
+    client.close()

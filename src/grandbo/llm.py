@@ -39,7 +39,10 @@ def json_object(answer: str) -> dict[str, Any]:
     start, end = text.find("{"), text.rfind("}")
     if start < 0 or end <= start:
         raise ValueError("no JSON object in the answer")
-    value = json.loads(text[start : end + 1])
+    try:
+        value = json.loads(text[start : end + 1])
+    except RecursionError:  # nested past Python's parser: no ValueError, and past the callers' excepts (probe 31)
+        raise ValueError("a JSON object nested deeper than the answer asked for") from None
     if not isinstance(value, dict):
         raise ValueError("the answer is not a JSON object")
     return value
@@ -80,7 +83,7 @@ class _HTTPClient:
             if not 200 <= status < 300:
                 raise ValueError(f"it answered HTTP {status}")
             return json.loads(body)
-        except (httpx.HTTPError, ValueError) as error:
+        except (httpx.HTTPError, ValueError, RecursionError) as error:  # RecursionError: nested past the parser
             raise _unavailable(self.name, self._url, error) from error
 
     def close(self) -> None:
@@ -163,7 +166,7 @@ class BedrockConverseClient:
                 )
             blocks = response["output"]["message"]["content"]
             return "".join(str(block["text"]) for block in blocks if "text" in block).strip()
-        except (BotoCoreError, ClientError, httpx.HTTPError, ValueError, KeyError, TypeError) as error:
+        except (BotoCoreError, ClientError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError) as error:
             raise _unavailable(self.name, self._where, error) from error
 
 

@@ -2,8 +2,10 @@
 
 Failures never touch the entries. A provider that is down, slow, or answers anything but one finite vector of
 its dimension per text (`embed_checked`) leaves every job of the batch in the outbox with a later retry time,
-and nothing of that answer is written. An all-zero vector is no failure: the text has nothing the provider can
-embed, so its job is settled as unembeddable (`ports.UNEMBEDDABLE`) and the entry is found by its words only.
+and nothing of that answer is written; a failure that may be one text's (not an outage, nor the account refused)
+has the batch asked again in halves first (`EmbedWorker._apart`), so that only the text at fault waits. An
+all-zero vector is no failure: the text has nothing the provider can embed, so its job is settled as unembeddable
+(`ports.UNEMBEDDABLE`) and the entry is found by its words only.
 
 A worker that ends while it holds a claim (killed, the OOM killer) loses it: a worker on the same machine proves it
 gone and ends its leases at once (`take_over`, its leases record their holder), one elsewhere waits for them to run
@@ -26,7 +28,7 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, embed_checked, space_of
+from grandbo.embeddings.base import CANARY, Provider, embed_checked, space_of, texts_fault
 from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
@@ -143,7 +145,8 @@ class EmbedWorker:
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
-                    self._retry_later(batch, caught, report)
+                    if self._apart(batch, caught, report, claimed_at + budget):
+                        continue
                     break
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
                     self._measured(len(batch), time.monotonic() - began)
@@ -170,6 +173,61 @@ class EmbedWorker:
                 log.warning("memory.embedding_lease_taken_over", org_id=org_id, jobs=count,
                             holder_pid=json.loads(holder).get("pid"))  # fmt: skip
         return ended
+
+    # A provider refuses a batch for one text in it (HTTP 400: too long for the model, a content filter) or answers
+    # it unusably (one text's vector NaN), and every job of the batch counts the attempt; a claim deals a batch
+    # across orgs, and the text's and the jobs retried with it came back together: one org's text failed another's
+    # entries to the end of their attempts (probe 31). Such a batch is embedded again in halves, down to the text
+    # at fault (`texts_fault`). Not for an outage nor an account refused (401-404): every half would be.
+
+    def _apart(
+        self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float, *, texts: bool = False
+    ) -> bool:
+        """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable, and
+        a half that failed halved again, down to the jobs at fault, which count the attempt. The whole batch counts
+        it when the failure is no text's, the claim's time is up (`until`, monotonic), or both halves fail and a text
+        of no tenant's (`CANARY`) fails alone too: the provider refuses every request (an unsupported dimension), 4
+        calls, not 2n-1. `texts`: that text was embedded since the batch failed. Whether the claim goes on; after an
+        outage met, what is left of the batch goes back to the outbox (what was tried counts the attempt)."""
+        if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
+            self._retry_later(batch, caught, report)
+            return len(batch) == 1 and texts_fault(caught)
+        halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+        answers: list[list[npt.NDArray[np.float32] | None] | Exception] = []
+        for half in halves:
+            try:
+                answers.append(embed_checked(self.provider, [job.text for job in half]))
+            except Exception as error:
+                answers.append(error)
+                if not texts_fault(error):
+                    break
+        tried = list(zip(halves, answers, strict=False))  # (the second is untried after an outage in the first)
+        failed = [(half, answer) for half, answer in tried if isinstance(answer, Exception)]
+        texts = texts or (len(failed) == 2 and self._embeds(CANARY))
+        if len(tried) == 1 or (len(failed) == 2 and not texts):
+            for half, refused in failed:
+                self._retry_later(half, refused, report)
+            if len(tried) == 1:
+                self.store.release_jobs(halves[1])
+                report.claimed -= len(halves[1])
+            return False
+        for half, answer in tried:
+            if not isinstance(answer, Exception):
+                self._complete(half, answer, report)
+        for number, (half, refused) in enumerate(failed):
+            if not self._apart(half, refused, report, until, texts=texts):
+                for other, its in failed[number + 1 :]:
+                    self._retry_later(other, its, report)
+                return False
+        return True
+
+    def _embeds(self, text: str) -> bool:
+        """Whether the provider embeds `text` alone (its vector unused)."""
+        try:
+            embed_checked(self.provider, [text])
+        except Exception:
+            return False
+        return True
 
     def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
         error = (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from typing import Any
 
 import httpx
@@ -79,6 +80,8 @@ def post_embeddings(
         )
     try:
         data = json.loads(body)["data"]
+    except RecursionError:  # arrays nested past Python's parser: no ValueError (probe 31)
+        raise _malformed(provider, "a body nested deeper than any embeddings response") from None
     except (ValueError, KeyError, TypeError) as error:
         raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
     return _in_order(provider, data, count)
@@ -106,10 +109,21 @@ def _in_order(provider: str, data: Any, count: int) -> list[list[float]]:
         if type(index) is not int or not 0 <= index < count or index in by_index:
             raise _malformed(provider, f"the indexes {[_index(i) for i in data][:20]} for {count} texts")
         vector = item.get("embedding")
-        if not isinstance(vector, list) or not all(type(x) in (int, float) and math.isfinite(x) for x in vector):
+        if not isinstance(vector, list) or not all(_finite(x) for x in vector):
             raise _malformed(provider, f"a vector at index {index} that is not a list of finite numbers")
         by_index[index] = vector
     return [by_index[index] for index in range(count)]
+
+
+def _finite(number: Any) -> bool:
+    """A JSON number a float holds: an integer of 400 digits is one for `json`, and `math.isfinite` of it raised
+    OverflowError, which failed every recall (HTTP 500) instead of skipping the vector arm (probe 31)."""
+    if type(number) is int:
+        return abs(number) <= _FLOAT_MAX
+    return type(number) is float and math.isfinite(number)
+
+
+_FLOAT_MAX = int(sys.float_info.max)
 
 
 def _index(item: Any) -> Any:

@@ -18,7 +18,9 @@ from grandbo.errors import (
     EmbeddingCountError,
     EmbeddingDimensionError,
     EmbeddingValueError,
+    GrandboError,
     ProviderMismatchError,
+    ProviderUnavailableError,
     UnknownProviderError,
 )
 from grandbo.model import EmbeddingSpace
@@ -118,6 +120,21 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
         # An all-zero vector has no direction: cosine cannot rank it, so it is never written or counted readable.
         out.append(array if np.any(array) else None)
     return out
+
+
+CANARY = "disk full on the primary database"
+"""A text of no tenant's that every provider embeds: asked alone when both halves of a failed batch fail too, it tells
+a provider that refuses every request (the batch fails whole) from several texts it refuses (halved on)."""
+ACCOUNT_REFUSED = frozenset({401, 402, 403, 404})  # a provider's statuses that refuse the account, not a text
+
+
+def texts_fault(error: BaseException) -> bool:
+    """Whether a batch that failed with `error` may have failed for one of its texts (HTTP 400 for a text too long or
+    caught by a content filter; an answer unusable in one place), so that its texts asked apart may fare otherwise:
+    any Exception but an outage (ProviderUnavailableError) or an account refused (HTTP 401-404)."""
+    if not isinstance(error, Exception) or isinstance(error, ProviderUnavailableError):
+        return False
+    return not (isinstance(error, GrandboError) and error.detail.get("status") in ACCOUNT_REFUSED)
 
 
 def _unusable(provider: Provider, problem: str) -> None:

@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import Provider, Purpose, Vectors, get_provider, space_of
+from grandbo.embeddings.base import CANARY, Provider, Purpose, Vectors, get_provider, space_of, texts_fault
 from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
@@ -122,20 +122,57 @@ class QueryBatcher:
             alone = self._busy == 1 and len(batch) == 1 and self._waiting.empty()
         model = self.solo if alone and self.solo is not None else self.inner
         try:
-            vectors = model.embed([text for text, _ in batch], "query")
-            if len(vectors) != len(batch):
-                raise EmbeddingCountError(
-                    f"{self.name} returned {len(vectors)} vectors for {len(batch)} queries.",
-                    detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
-                )
-        except BaseException as error:  # each waiting request gets the provider's own error
-            for _, done in batch:
-                done.set_exception(error)
-            return
+            self._settle(model, batch)
         finally:
             with self._lock:
                 self._busy -= 1
-        for (_, done), vector in zip(batch, vectors, strict=True):
+
+    def _settle(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
+        """Each query of `batch` answered: its vector, or the provider's error. A batch holds every org's queries of
+        the moment, and a provider refuses a request for one text in it (HTTP 400) or an answer unusable in one place:
+        such a batch is asked again in halves (`texts_fault`), and a half that failed halved again, down to the queries
+        at fault, so that one org's topic costs no other org's recall its vector arm (probe 31). When both halves fail
+        and so does a text of no tenant's alone (`CANARY`), every query gets the batch's error (a refusal of
+        every request: 4 calls, not 2n-1)."""
+        self._apart(model, batch, self._embedded(model, batch))
+
+    def _apart(
+        self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException,
+        texts: bool = False,
+    ) -> None:  # fmt: skip
+        """`answer` for `batch`, or its halves' (`_settle`); `texts`: `CANARY` was embedded since it failed."""
+        if isinstance(answer, BaseException) and len(batch) > 1 and texts_fault(answer):
+            halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
+            answers = [self._embedded(model, half) for half in halves]
+            both = all(isinstance(each, BaseException) for each in answers)
+            if both and not (texts or not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException)):
+                self._answered(batch, answer)  # every request refused
+                return
+            for half, each in zip(halves, answers, strict=True):
+                self._apart(model, half, each, texts or both)
+            return
+        self._answered(batch, answer)
+
+    def _embedded(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> Vectors | BaseException:
+        """The provider's vectors for the batch's texts, or its error."""
+        try:
+            vectors = model.embed([text for text, _ in batch], "query")
+        except BaseException as error:  # each waiting request gets the provider's own error
+            return error
+        if len(vectors) != len(batch):
+            return EmbeddingCountError(
+                f"{self.name} returned {len(vectors)} vectors for {len(batch)} queries.",
+                detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
+            )
+        return vectors
+
+    @staticmethod
+    def _answered(batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException) -> None:
+        if isinstance(answer, BaseException):
+            for _, done in batch:
+                done.set_exception(answer)
+            return
+        for (_, done), vector in zip(batch, answer, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
 
 

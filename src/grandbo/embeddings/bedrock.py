@@ -73,6 +73,12 @@ class BedrockProvider:
                     "there); nothing of it was used, the entries stay stored and the embed jobs will be retried.",
                     detail={"provider": self.name},
                 ) from None
+            except RecursionError:  # arrays nested past Python's parser: no ValueError (probe 31)
+                raise EmbeddingError(
+                    "Bedrock answered with a body nested deeper than any Titan embedding; nothing of it was used, "
+                    "the entries stay stored and the embed jobs will be retried.",
+                    detail={"provider": self.name},
+                ) from None
             except (KeyError, ValueError, TypeError) as error:  # no "embedding", or not a list (null, a number)
                 raise EmbeddingError(
                     f"Bedrock answered with a body that is not a Titan embedding: {error}",
