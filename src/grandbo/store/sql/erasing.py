@@ -9,10 +9,10 @@ organization's writes waited for it (2.7 s at 250 MB of documents). So the rewri
   it becomes, and the org's last history event then;
 - `DocumentRewrite.apply`, inside the backend's erasure: each of those rows read again by its key and written
   (one changed meanwhile is rewritten from what it holds now), then the events written since the read and the
-  documents they wrote, those that mention the text, rewritten the same way. Only those are read under the write's lock. Each document
-  rewritten moves to its next version (`BUMPED`): a writer that read it before is stale. Each erasure counts
-  itself in the org's row (`counted`): work that copies the org's text into entries or a kept recall, and read
-  it before, is refused its writes after (`grandbo.unerased`).
+  documents they wrote, those that mention the text, rewritten the same way. Only those are read under the write's
+  lock. Each document rewritten moves to its next version (`BUMPED`): a writer that read it before is stale. Each
+  erasure counts itself in the org's row (`counted`): work that copies the org's text into entries or a kept
+  recall, and read it before, is refused its writes after (`grandbo.unerased`).
 """
 
 from __future__ import annotations
