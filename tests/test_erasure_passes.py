@@ -6,6 +6,7 @@ meanwhile is erased too."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import threading
 
 import pytest
@@ -74,8 +75,17 @@ def test_a_purge_reads_no_document_under_the_write_but_those_written_since(grand
 
     monkeypatch.setattr(erasing.DocumentRewrite, "apply", traced)
     memory.purge("P1", reason="a credential", actor="alice")
-    scans = [s for s in statements if "FROM documents WHERE org_id" in s and "doc_id =" not in s]
+    # read by their keys, or those the events written since name (sought by key: SQLite's plan is a search of the
+    # primary key for each, checked below)
+    since = "(collection, doc_id) IN (SELECT collection, doc_id FROM document_events"
+    scans = [s for s in statements if "FROM documents WHERE org_id" in s and "doc_id =" not in s and since not in s]
     assert statements and not scans, scans
+    written_since = [s for s in statements if since in s]
+    assert written_since, statements
+    with sqlite3.connect(grandbo.settings.home / "grandbo.db") as db:
+        for statement in written_since:
+            plan = " ".join(str(row[-1]) for row in db.execute(f"EXPLAIN QUERY PLAN {statement}"))
+            assert "SCAN documents" not in plan and "SEARCH documents USING" in plan, plan
 
 
 def test_only_a_text_json_writes_as_it_is_sieves_the_stored_rows():
