@@ -325,10 +325,10 @@ class DocumentRewrite:
         rows: list[_Row] = []
         for seq, collection, own_id, held in map(tuple, conn.execute(events, (*bounds, *asked))):
             rows += self._changed("document_events", "seq", (seq,), collection, own_id, held)
-        documents = (f"SELECT collection, doc_id, data FROM documents WHERE org_id = {p} AND (collection, doc_id) IN "
-                     f"(SELECT collection, doc_id FROM document_events WHERE {since}){where}")  # fmt: skip
-        for collection, doc_id, held in map(tuple, conn.execute(documents, (self._org, *bounds, *asked))):
-            if (collection, doc_id) not in known:
+        written = conn.execute(f"SELECT DISTINCT collection, doc_id FROM document_events WHERE {since}", bounds)
+        keys = [key for key in map(tuple, written.fetchall()) if key not in known]
+        for sql, params in self._by_keys("documents", KEYED, keys, where, asked):
+            for _, _, collection, doc_id, held in map(tuple, conn.execute(sql, params)):
                 rows += self._changed("documents", KEYED, (collection, doc_id), collection, doc_id, held)
         return rows
 
@@ -351,8 +351,11 @@ class DocumentRewrite:
         documents = {row.keys for row in self._picked if row.table == "documents"}
         return found + self._written(conn, self._since, self._seq, documents)
 
-    def _by_keys(self, table: str, key: str, keys: list[tuple[Any, ...]]) -> Iterator[tuple[str, tuple[Any, ...]]]:
-        """Reads of those rows of `table` by their keys' values, a chunk of them a statement (`_rows`'s columns)."""
+    def _by_keys(
+        self, table: str, key: str, keys: list[tuple[Any, ...]], where: str = "", asked: tuple[Any, ...] = ()
+    ) -> Iterator[tuple[str, tuple[Any, ...]]]:
+        """Reads of those rows of `table` by their keys' values, a chunk of them a statement (`_rows`'s columns);
+        `where` (`_mentions`, its parameters `asked`): only those whose data mentions the text."""
         p = self._d.param
         select = f"SELECT {key}, collection, doc_id AS own_id, data FROM {table} WHERE org_id = {p}"
         *firsts, column = key.split(", ")
@@ -362,8 +365,8 @@ class DocumentRewrite:
         for first, lasts in groups.items():
             fixed = "".join(f" AND {name} = {p}" for name in firsts)
             for chunk in chunks(lasts):
-                where, asked = self._d.any_of(column, chunk)
-                yield f"{select}{fixed} AND {where}", (self._org, *first, *asked)
+                of, values = self._d.any_of(column, chunk)
+                yield f"{select}{fixed} AND {of}{where}", (self._org, *first, *values, *asked)
 
 
 def _strings(value: Any) -> Iterator[str]:
