@@ -74,8 +74,41 @@ def test_a_purge_reads_no_document_under_the_write_but_those_written_since(grand
 
     monkeypatch.setattr(erasing.DocumentRewrite, "apply", traced)
     memory.purge("P1", reason="a credential", actor="alice")
-    scans = [s for s in statements if "FROM documents WHERE org_id" in s and "doc_id =" not in s]
+    keyed = ("doc_id =", "doc_id IN (")  # one by its key, or those the events written since name by theirs
+    scans = [s for s in statements if "FROM documents WHERE org_id" in s and not any(k in s for k in keyed)]
     assert statements and not scans, scans
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_purge_s_write_reads_none_of_the_documents_written_since_that_hold_no_copy(grandbo, monkeypatch):
+    """Inside the purge's write, the documents written since its read were each read by its key and decoded, whatever
+    they held: an alert storm during a long purge lengthened every batch's hold of the lock (review 30). Only those
+    that mention a purged entry are read now (the database's filter); a copy among them is still erased."""
+    from grandbo.ports import DocumentWrite
+    from grandbo.store.sql import erasing
+
+    memory = grandbo.org("acme", create=True)
+    memory.remember({"id": "P1", "title": "replica lag", "body": f"the runbook naming {SECRET}"})
+    copy = {"recall": {"hits": [{"entry": {"id": "P1", "kind": "finding", "title": "replica lag", "body": SECRET}}]}}
+    storm = [DocumentWrite("alert", f"storm-{n}", {"summary": f"disk full {n}"}, "alert.received") for n in range(20)]
+    find, apply, decoded = erasing.DocumentRewrite.find, erasing.DocumentRewrite.apply, list[str]()
+
+    def then_a_storm(self, conn):  # type: ignore[no-untyped-def]  # after the purge's read, before its write
+        find(self, conn)
+        grandbo._store.put_documents(memory.org, [*storm, DocumentWrite("alert", "quoting", copy, "alert.received")],
+                                     "test")  # fmt: skip
+
+    def decoding(self, conn):  # type: ignore[no-untyped-def]  # what the write decodes
+        decode = self._decode
+        self._decode = lambda held: (decoded.append(held), decode(held))[1]
+        return apply(self, conn)
+
+    monkeypatch.setattr(erasing.DocumentRewrite, "find", then_a_storm)
+    monkeypatch.setattr(erasing.DocumentRewrite, "apply", decoding)
+    memory.purge("P1", reason="a credential", actor="alice")
+    assert SECRET not in json.dumps(memory._documents.get("alert", "quoting").data)
+    read = [held for held in decoded if "disk full" in str(held)]
+    assert not read, read  # before: each of the 20 read by its key and decoded
 
 
 def test_only_a_text_json_writes_as_it_is_sieves_the_stored_rows():

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import random
 import threading
+import time
+
+import pytest
 
 from grandbo.service import Grandbo
 from grandbo.tiers.topology import Service, Topology
 
 THREADS, SIZE = 8, 3_000
+TOPIC = "replica lag on the checkout database after a failover"
 
 
 def _at_once(grandbo: Grandbo) -> list[Topology]:
@@ -75,3 +79,46 @@ def test_another_orgs_snapshot_is_made_while_one_orgs_is_being_made(settings, mo
         finally:
             held.set()
             acme.join()
+
+
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)  # the embedded store's reads hold no transaction
+def test_a_recall_waiting_for_another_thread_s_snapshot_holds_no_transaction_meanwhile(settings, raw, monkeypatch):
+    """A process's first recall of an org (its index loaded from its image, in the recall's reads together) whose
+    facts another thread is making waited for them inside that transaction, its pooled connection idle in it (review
+    30): it ends its reads before it waits."""
+    with Grandbo.init(settings, embedding="deterministic") as writer:
+        writer.org("acme", create=True).remember({"title": "replica lag after failover", "body": "promote, resync"})
+        writer._keeper.save_min = 1  # its index image saved after its first recall builds it
+        writer.org("acme").recall(TOPIC)
+    with Grandbo.open(settings) as grandbo:  # a process's first recall of the org: its view read from its image
+        memory = grandbo.org("acme")
+        inside, held = threading.Event(), threading.Event()
+        made, snapshots = grandbo._snapshots._made, grandbo._snapshots
+
+        def held_while_making(*args):  # type: ignore[no-untyped-def]  # the real making, held meanwhile
+            inside.set()
+            held.wait(30)
+            return made(*args)
+
+        monkeypatch.setattr(snapshots, "_made", held_while_making)
+        making = threading.Thread(target=lambda: grandbo.org("acme").catalog.topology())  # no reads of its own open
+        making.start()
+        recalled: list[object] = []
+        try:
+            assert inside.wait(10)
+            recall = threading.Thread(target=lambda: recalled.append(memory.recall(TOPIC)))
+            recall.start()
+            while snapshots._turns._turns["acme"].threads < 2:  # the recall at the turn, waiting
+                assert recall.is_alive()
+                time.sleep(0.01)
+            idle = "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND state LIKE 'idle in%%'"
+            for _ in range(200):  # it may not have ended them quite yet
+                if raw(idle)[0][0] == 0:
+                    break
+                time.sleep(0.01)
+            assert raw(idle)[0][0] == 0, "a connection idle in its transaction while the recall waited"  # before: 1
+        finally:
+            held.set()
+            making.join()
+        recall.join()
+        assert len(recalled) == 1 and recalled[0].hits[0].entry.title == "replica lag after failover"

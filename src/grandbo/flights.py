@@ -127,14 +127,21 @@ class Turns:
         self._turns: dict[Hashable, _Turn] = {}
 
     @contextlib.contextmanager
-    def of(self, key: Hashable) -> Iterator[None]:
-        """Within: this thread alone of those asking for `key` (another key's are not held up)."""
+    def of(self, key: Hashable, waiting: Callable[[], None] = lambda: None) -> Iterator[None]:
+        """Within: this thread alone of those asking for `key` (another key's are not held up). `waiting` is called
+        first when another thread has the turn, before this one waits for it: what this one holds meanwhile is let
+        go (a caller's open transaction, which waited idle on its pooled connection)."""
         with self._lock:
             turn = self._turns.setdefault(key, _Turn())
             turn.threads += 1
         try:
-            with turn.lock:
+            if not turn.lock.acquire(blocking=False):
+                waiting()
+                turn.lock.acquire()
+            try:
                 yield
+            finally:
+                turn.lock.release()
         finally:
             with self._lock:
                 turn.threads -= 1

@@ -193,8 +193,9 @@ class Snapshots:
     def get(
         self, org: str, documents: OrgDocuments, version: int | None = None, read: Callable[[], None] = lambda: None
     ) -> Snapshot:
-        """The org's facts as of `version` (its documents version; read now when None); `read` is called once the
-        store is read for them, before they are converted (a caller's reads together of the org ended then)."""
+        """The org's facts as of `version` (its documents version; read now when None); `read` is called once, when
+        the store is read for them, before they are converted, or before this thread waits for another making them (a
+        caller's reads together of the org ended then: its pooled connection is not held idle meanwhile)."""
         version = documents.version() if version is None else version
         with self._lock:
             cached = self._by_org.get(org)
@@ -205,12 +206,19 @@ class Snapshots:
         # One thread at a time makes an org's snapshot: those that arrive meanwhile wait for it, then take it when it
         # holds the version they read (each made its own, the catalog's graph made whole 0.1-0.4 s at 10,000
         # services, as many times as requests arrived at once: probe 28). Another org's never waits here.
-        with self._turns.of(org):
+        # The caller's reads end before it waits (READ COMMITTED, each read sees what was committed before it: the
+        # facts read after the wait are what they would have been in its transaction, the org's epoch in their stamp).
+        reads = [read]  # `read`, until called
+
+        def waiting() -> None:
+            reads.pop()()
+
+        with self._turns.of(org, waiting):
             with self._lock:
                 cached = self._by_org.get(org)
             if cached is not None and cached.holds(version):
                 return cached.snapshot
-            return self._made(org, documents, version, cached, read)
+            return self._made(org, documents, version, cached, reads[0] if reads else lambda: None)
 
     def _made(
         self, org: str, documents: OrgDocuments, version: int, cached: _Newest | None, read: Callable[[], None]

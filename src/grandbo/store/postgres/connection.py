@@ -357,8 +357,10 @@ class PostgresConnection:
             self, conn: psycopg.Connection[Any], org_id: str, incarnation: Incarnation | None = None
         ) -> str | None: ...  # orgs.py
         def _found(
-            self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = ""
-        ) -> DocumentRewrite: ...  # documents.py
+            self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = "",
+            *, quoting: Sequence[str] = (),
+        ) -> DocumentRewrite: ...  # documents.py  # fmt: skip
+        def _find(self, org_id: str, found: DocumentRewrite) -> DocumentRewrite: ...  # documents.py
         @staticmethod
         def _hold_org(conn: psycopg.Connection[Any], org_id: str) -> bool: ...  # orgs.py
         @staticmethod

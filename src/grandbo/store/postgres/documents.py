@@ -215,13 +215,17 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
 
     def _found(
         self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (), holding: str = "",
-        forget: Forgetting | None = None,
+        forget: Forgetting | None = None, quoting: Sequence[str] = (),
     ) -> DocumentRewrite:  # fmt: skip
-        """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, before
-        the write takes the org's writer lock (`store.sql.erasing`): the org's writes go on meanwhile. The rows
-        are read from a server-side cursor (`streamed`), never the whole result at once."""
-        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb, mentioning=mentioning,
-                                holding=holding, stream=streamed, forget=forget)  # fmt: skip
+        """An erasure's rewrite of the org's documents, the rows it changes found (`_find`)."""
+        return self._find(org_id, DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=lambda d: d, encode=jsonb,
+                                                  mentioning=mentioning, holding=holding, stream=streamed,
+                                                  forget=forget, quoting=quoting))  # fmt: skip
+
+    def _find(self, org_id: str, found: DocumentRewrite) -> DocumentRewrite:
+        """`found` with the rows it changes found in a read of their own, before the write takes the org's writer
+        lock (`store.sql.erasing`): the org's writes go on meanwhile. The rows are read from a server-side cursor
+        (`streamed`), never the whole result at once."""
 
         def read() -> DocumentRewrite:
             with self._tx(org_id) as conn:

@@ -69,7 +69,9 @@ class ErasureMixin(PostgresConnection):
         `purge_batches`), then what follows a purge once; those purged, in order. A crash leaves whole batches."""
         done: list[str] = []
         try:
-            for batch, copies in purge_batches(functools.partial(self._found, org_id), entry_ids, PURGE_BATCH):
+            found, find = functools.partial(self._found, org_id), functools.partial(self._find, org_id)
+            for batch, copies_found in purge_batches(found, find, entry_ids, PURGE_BATCH):
+                copies = copies_found()  # read just before the write, outside it
                 with self._writing(org_id) as conn:
                     language = self._require_org(conn, org_id, incarnation)
                     conn.execute(ERASING, (org_id,))

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from grandbo.store.sql.alert_indexes import COLUMNS as ALERT_COLUMNS
 
@@ -19,11 +19,12 @@ KEPT_APART: dict[tuple[str, ...], str] = {path: column for column, path in ALERT
 `data #>> ...` is not sought under row-level security (jsonb's operators are not leakproof), one on a column is."""
 
 
+T = TypeVar("T")
 CHUNK = 500
 """Ids per `IN (?, ...)` (SQLite caps the parameters of a statement)."""
 
 
-def chunks(ids: Sequence[str], size: int = CHUNK) -> Iterator[list[str]]:
+def chunks(ids: Sequence[T], size: int = CHUNK) -> Iterator[list[T]]:
     """The ids in lists short enough for one `IN (?, ...)`."""
     for start in range(0, len(ids), size):
         yield list(ids[start : start + size])

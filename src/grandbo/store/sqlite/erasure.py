@@ -80,10 +80,11 @@ class Erasure(Connection):
         done: list[str] = []
         held_s: float | None = None  # how long the batch before held the write lock
         try:
-            found = functools.partial(self._found, org_id)
-            for batch, copies in purge_batches(found, entry_ids, PURGE_BATCH):
+            found, find = functools.partial(self._found, org_id), functools.partial(self._find, org_id)
+            for batch, copies_found in purge_batches(found, find, entry_ids, PURGE_BATCH):
                 if held_s is not None:  # every other writer's turn before the next batch
                     time.sleep(max(2 * WRITE_POLL_S, held_s))
+                copies = copies_found()  # read just before the write, holding no lock
                 with self._write(org_id) as db, erasing(db, org_id, f"purge of {len(batch)} entries"):
                     held_since, language = time.monotonic(), self._require_org(db, org_id, incarnation)
                     purged: list[str] = []
@@ -139,12 +140,16 @@ class Erasure(Connection):
     def _found(
         self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (),
         sieve: re.Pattern[str] | None = None, holding: str = "", forget: Forgetting | None = None,
+        quoting: Sequence[str] = (),
     ) -> DocumentRewrite:  # fmt: skip
-        """An erasure's rewrite of the org's documents, the rows it changes found in a read of their own, holding
-        neither the store's lock nor the file's write lock: every organization's writes go on meanwhile
-        (`store.sql.erasing`)."""
-        found = DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text, mentioning=mentioning,
-                                sieve=sieve, holding=holding, forget=forget)  # fmt: skip
+        """An erasure's rewrite of the org's documents, the rows it changes found (`_find`)."""
+        return self._find(org_id, DocumentRewrite(DOCUMENTS, org_id, rewrite, decode=loads_json, encode=json_text,
+                                                  mentioning=mentioning, sieve=sieve, holding=holding, forget=forget,
+                                                  quoting=quoting))  # fmt: skip
+
+    def _find(self, org_id: str, found: DocumentRewrite) -> DocumentRewrite:
+        """`found` with the rows it changes found in a read of their own, holding neither the store's lock nor the
+        file's write lock: every organization's writes go on meanwhile (`store.sql.erasing`)."""
         with self._read() as db:
             found.find(db)
         return found
