@@ -50,6 +50,15 @@ INVALID_HTTP_REMEDY = (
     "Send header values of printable characters only (percent-encode or base64 any other bytes), on a new "
     "connection: this one is closed."
 )
+# After a valid head, what the parser can refuse is a chunked body's framing (or its trailer)
+INVALID_BODY = (
+    "Invalid HTTP request: its chunked body is malformed (a chunk size that is not hexadecimal, a chunk not ended by "
+    "CRLF, or a byte HTTP/1.1 does not allow in a trailer), after a valid request line and headers."
+)
+INVALID_BODY_REMEDY = (
+    "Frame each chunk as HTTP/1.1 says (`<hex size>\\r\\n<data>\\r\\n`, ended by `0\\r\\n\\r\\n`), or send the body "
+    "with Content-Length instead, on a new connection: this one is closed."
+)
 
 
 @dataclass
@@ -147,10 +156,12 @@ class BoundedProtocol(HttpToolsProtocol):
                 self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
-        # httptools refused the bytes before any app saw them (a NUL or another control character in a header, a
-        # broken request line): uvicorn answered it in plain text, every other answer is in the API's error shape
+        # httptools refused the bytes (a NUL or another control character in a header, a broken request line, or,
+        # the head read, a chunked body's framing): uvicorn answered it in plain text, every other answer is in the
+        # API's error shape
         if not self._answered:
-            self._send(400, error_body("bad_request", INVALID_HTTP, INVALID_HTTP_REMEDY))
+            said = (INVALID_HTTP, INVALID_HTTP_REMEDY) if self._in_headers else (INVALID_BODY, INVALID_BODY_REMEDY)
+            self._send(400, error_body("bad_request", *said))
 
     # The parser's callbacks, none once the connection was answered and closed (`_refuse`) in the read being parsed.
 
