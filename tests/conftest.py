@@ -208,19 +208,22 @@ def reads_after_the_search(monkeypatch: pytest.MonkeyPatch, waits: Callable[[str
 
 def reset_postgres(url: str) -> None:
     """Empty every Grandbo table of the module's database between tests, as its owner (TRUNCATE is not
-    row-filtered, and only the owner may drop the vector column and indexes)."""
+    row-filtered, and only the owner may drop the vector column and indexes). Only the tables whose files hold
+    pages are truncated: a table a test never wrote to is empty, and TRUNCATE gives each table it names new files
+    (all the tables at once took ~50 ms of Postgres's time, before each of the ~870 Postgres tests of the suite).
+    A file's size says so whatever row-level security lets the owner see (the tables FORCE it)."""
     with psycopg.connect(owner_url(url), autocommit=True) as conn:
-        tables = [
-            r[0]
-            for r in conn.execute(
-                "SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
-            )
-        ]
-        if tables:
-            conn.execute("TRUNCATE " + ", ".join(tables) + " CASCADE")
+        sizes = dict(
+            conn.execute(  # type: ignore[arg-type]
+                "SELECT tablename, pg_relation_size(quote_ident(tablename)) FROM pg_tables"
+                " WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
+            ).fetchall()
+        )
+        if written := [table for table, size in sizes.items() if size > 0]:
+            conn.execute("TRUNCATE " + ", ".join(written) + " CASCADE")
         for (index,) in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"):
             conn.execute(f'DROP INDEX IF EXISTS "{index}"')
-        if "entry_vectors" in tables:
+        if "entry_vectors" in sizes:
             conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
 
 
