@@ -68,3 +68,25 @@ def test_a_provider_that_refuses_every_request_is_asked_three_times_a_batch(tmp_
         assert (report.claimed, report.failed) == (64, 64)
         assert len(fake.behaviour.requests) - asked <= 4  # the batch, its two halves, the canary alone (at most)
         assert memory.stats().pending == 64
+
+
+def test_a_claim_whose_time_is_spent_by_the_batch_still_asks_its_halves_apart(tmp_path, fake, database_url):
+    """The halving was bounded by the claim's budget (GRANDBO_EMBED_CLAIM_SECONDS, 2 s): a batch that took it all
+    (Bedrock's 64 calls, one a text; a hosted provider under load) failed whole, so one org's refused text failed the
+    other's entries to the end of their attempts, as before probe 31. It is bounded by half the lease, which covers
+    it (a budget spent here: a claim of a microsecond)."""
+    fake.behaviour.reject_for.add("poison")
+    settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_max_attempts=3,
+                       embed_claim_seconds=1e-6)  # fmt: skip
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        writes = {"evil": ["poison pill text", "another poison text"],
+                  "victim": ["disk full on node b", "kafka lag on the payments topic"]}  # fmt: skip
+        for org, titles in writes.items():
+            memory = grandbo.org(org, create=True)
+            grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
+                                        for title in titles])  # fmt: skip
+        worker = grandbo.worker()
+        for _ in range(settings.embed_max_attempts + 1):
+            worker.run_once()
+        victim = grandbo.org("victim").stats()
+    assert (victim.readable, victim.failed, victim.pending) == (2, 0, 0)  # before: (0, 2, 0)

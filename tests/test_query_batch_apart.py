@@ -78,3 +78,37 @@ def test_a_provider_that_refuses_every_query_is_asked_four_times_a_batch():
             fake.behaviour.hold.set()
             batcher.close()
     assert len(fake.behaviour.requests) <= 1 + 4  # the first; the batch, its two halves, the canary (at most)
+
+
+def test_a_half_the_provider_embedded_is_answered_before_the_other_half_is_asked_apart():
+    """The halves of a refused batch: the one embedded is answered at once, not after the one refused has been asked
+    again in halves, one call after another (up to 2n-1), while the other org's recalls waited on their vectors."""
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(openai_base_url=fake.url, openai_model="fake-embed", openai_dimension=8,
+                            openai_api_key="test-key", http_timeout_seconds=30)  # fmt: skip
+        fake.behaviour.reject_for.add("poison")
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
+        batcher = QueryBatcher(get_provider("openai", settings), lanes=1)
+        waited: list[bool] = []  # whether the other org's recalls were answered when each lone poison was asked
+        try:
+            first = batcher.ask("first topic, held by the provider")
+            while not fake.behaviour.requests:
+                threading.Event().wait(0.01)
+            evil = [batcher.ask(f"poison topic {n} of one org") for n in range(2)]
+            victims = [batcher.ask(f"disk full topic {n} of another org") for n in range(2)]
+            fake.behaviour.on_embed = lambda texts: waited.append(
+                len(texts) == 1 and "poison" in texts[0] and not all(victim.done() for victim in victims)
+            )
+            fake.behaviour.hold.set()
+            assert len(first.result(timeout=30)) == 8
+            for victim, n in zip(victims, range(2), strict=True):
+                assert victim.result(timeout=30) == pytest.approx(vector_for(f"disk full topic {n} of another org", 8))
+            for done in evil:
+                with pytest.raises(EmbeddingError):
+                    done.result(timeout=30)
+        finally:
+            fake.behaviour.hold.set()
+            batcher.close()
+    lone = [request["body"]["input"] for request in fake.behaviour.requests if len(request["body"]["input"]) == 1]
+    assert [t for t in lone if "poison" in t[0]] == [["poison topic 0 of one org"], ["poison topic 1 of one org"]]
+    assert not any(waited), waited  # before: each lone poison asked while the other org's recalls still waited

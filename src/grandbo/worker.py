@@ -145,7 +145,9 @@ class EmbedWorker:
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
                 except Exception as caught:  # any failure leaves the jobs for a later attempt
-                    if self._apart(batch, caught, report, claimed_at + budget):
+                    # (Its halves within half the lease, not the budget: a batch that spent it, Bedrock's 64 calls,
+                    # failed whole, another org's entries with the text at fault to the end of their attempts.)
+                    if self._apart(batch, caught, report, claimed_at + lease / 2):
                         continue
                     break
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
@@ -185,10 +187,11 @@ class EmbedWorker:
     ) -> bool:
         """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable, and
         a half that failed halved again, down to the jobs at fault, which count the attempt. The whole batch counts
-        it when the failure is no text's, the claim's time is up (`until`, monotonic), or both halves fail and a text
-        of no tenant's (`CANARY`) fails alone too: the provider refuses every request (an unsupported dimension), 4
-        calls, not 2n-1. `texts`: that text was embedded since the batch failed. Whether the claim goes on; after an
-        outage met, what is left of the batch goes back to the outbox (what was tried counts the attempt)."""
+        it when the failure is no text's, the claim's time is up (`until`, monotonic: half its lease), or both halves
+        fail and a text of no tenant's (`CANARY`) fails alone too: the provider refuses every request (an unsupported
+        dimension), 4 calls, not 2n-1. `texts`: that text was embedded since the batch failed. Whether the claim goes
+        on; after an outage met, what is left of the batch goes back to the outbox (what was tried counts the
+        attempt)."""
         if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
             self._retry_later(batch, caught, report)
             return len(batch) == 1 and texts_fault(caught)

@@ -148,7 +148,10 @@ class QueryBatcher:
             if both and not (texts or not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException)):
                 self._answered(batch, answer)  # every request refused
                 return
-            for half, each in zip(halves, answers, strict=True):
+            # the halves embedded first: their recalls wait for no call of the other half's, apart (up to 2n-1)
+            for half, each in sorted(
+                zip(halves, answers, strict=True), key=lambda pair: isinstance(pair[1], BaseException)
+            ):
                 self._apart(model, half, each, texts or both)
             return
         self._answered(batch, answer)
