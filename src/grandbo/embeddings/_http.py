@@ -65,7 +65,9 @@ def post_embeddings(
             else f"{provider} is unreachable at {url}: {error}. The entries stay stored and the embed jobs "
             "will be retried; check the base URL and the network."
         )
-        raise ProviderUnavailableError(message, detail={"provider": provider, "url": url}) from error
+        # timed out: the worker deals the batch's jobs apart next (`embed_jobs.TIMED_OUT`)
+        detail = {"provider": provider, "url": url, "timed_out": isinstance(error, httpx.TimeoutException)}
+        raise ProviderUnavailableError(message, detail=detail) from error
     if status != 200:
         kind = ProviderUnavailableError if status in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"
