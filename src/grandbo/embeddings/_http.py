@@ -81,12 +81,34 @@ def post_embeddings(
             detail={"provider": provider, "status": status},
         )
     try:
-        data = json.loads(body)["data"]
+        answer = json.loads(body)
+        data = answer["data"]
     except RecursionError:  # arrays nested past Python's parser: no ValueError (probe 31)
         raise _malformed(provider, "a body nested deeper than any embeddings response") from None
     except (ValueError, KeyError, TypeError) as error:
         raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
+    asked, answered = payload.get("model"), answer.get("model")
+    if isinstance(asked, str) and answered not in (None, "") and not same_model(asked, answered):
+        setting, named = f"GRANDBO_{provider.upper()}_MODEL", str(answered)[:80]
+        raise _malformed(provider, f"vectors of the model {named!r}, not {asked!r} as asked (vectors of two models "
+                         "never mix, even of one dimension)", remedy=f"If it persists, a proxy in front of the "
+                         f"service answers with another model: fix its routing, or set {setting} to the model it "
+                         "serves and run `grandbo reembed`.")  # fmt: skip
     return _in_order(provider, data, count)
+
+
+def same_model(asked: str, answered: object) -> bool:
+    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix
+    (`openai/text-embedding-3-small`, as a router names it) or a version suffix of digits (OpenAI answers
+    `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name is another model,
+    whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for `voyage-3`)."""
+    if not isinstance(answered, str):
+        return False
+    name = answered.rsplit("/", 1)[-1] if "/" not in asked else answered
+    if name == asked or name == f"{asked}:latest":
+        return True
+    suffix = name.removeprefix(f"{asked}-")
+    return suffix != name and suffix.removeprefix("v").replace("-", "").isdigit()
 
 
 def answer_limit(count: int, dimension: int) -> int:
