@@ -246,6 +246,8 @@ class EmbedWorker:
         )
         attempt = max(job.attempts for job in jobs) + 1
         delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=EMBED_MOST_SECONDS)
+        if isinstance(wait := error.detail.get("retry_after_s"), float):  # the provider's Retry-After, at least
+            delay = max(delay, wait)
         retry_at = utcnow() + timedelta(seconds=delay)
         if isinstance(error, ProviderUnavailableError) and error.detail.get("timed_out"):
             # Dealt next as jobs that lost their worker (a batch of their own), alone once timed out twice in a row

@@ -11,7 +11,8 @@ import httpx
 import structlog
 
 from grandbo.errors import EmbeddingCountError, EmbeddingError, ProviderUnavailableError
-from grandbo.http import AnswerTooLarge, client, post_bounded
+from grandbo.http import AnswerTooLarge, client, retry_after, send_bounded
+from grandbo.pending_work import EMBED_MOST_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +49,7 @@ def post_embeddings(
     count = len(inputs) if isinstance(inputs, list) else 1
     limit = answer_limit(count, dimension)
     try:
-        status, body = post_bounded(http, url, payload, timeout=timeout, limit=limit)
+        status, headers, body = send_bounded(http, "POST", url, timeout=timeout, limit=limit, json=payload)
     except AnswerTooLarge:
         # Most likely its vectors are wider than configured: a model not asked for a dimension answers its own.
         setting = f"GRANDBO_{provider.upper()}_DIMENSION"
@@ -75,10 +76,12 @@ def post_embeddings(
         # organization asked, and an upstream's body can name another tenant's input or the account.
         log.warning("embedding.provider_error", provider=provider, status=status,
                     body=body[:300].decode(errors="replace"))  # fmt: skip
+        # A provider's Retry-After (429, 503) is the least the worker waits before the jobs' next attempt.
+        wait = retry_after(headers, EMBED_MOST_SECONDS) if kind is ProviderUnavailableError else None
         raise kind(
             f"{provider} answered HTTP {status} (its answer is in the server's log as embedding.provider_error); "
-            f"{remedy}.",
-            detail={"provider": provider, "status": status},
+            f"{remedy}{'' if wait is None else f' after the {wait:g} s its Retry-After asks'}.",
+            detail={"provider": provider, "status": status, **({} if wait is None else {"retry_after_s": wait})},
         )
     try:
         answer = json.loads(body)
