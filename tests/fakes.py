@@ -55,6 +55,8 @@ class Behaviour:
     on_embed: Callable[[list[str]], None] | None = None
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
+    retry_after: str | None = None  # sent as every answer's Retry-After header
+    answer_model: str | None = None  # the `model` an embeddings answer names; None: the one asked for
     raw_embeddings: bytes | None = None  # the embeddings APIs (OpenAI's, Bedrock's) answer with these bytes instead
     requests: list[dict[str, Any]] = field(default_factory=list)
     # chat requests (recorded first) wait for `hold` to be set, at most `hold_s`: an LLM still thinking, for as
@@ -213,7 +215,14 @@ class FakeEmbeddings:
                 ]
                 if behaviour.mangle is not None:
                     data = behaviour.mangle(len(behaviour.requests), data)
-                self._send(200, {"object": "list", "data": list(reversed(data)), "model": body.get("model")})
+                self._send(
+                    200,
+                    {
+                        "object": "list",
+                        "data": list(reversed(data)),
+                        "model": behaviour.answer_model or body.get("model"),
+                    },
+                )
 
             def _vector(self, text: str, dimension: int) -> list[float]:
                 extra = 1 if any(marker in text for marker in behaviour.wrong_dimension_for) else 0
@@ -242,6 +251,8 @@ class FakeEmbeddings:
                     self._send_trickled_head(status, raw)
                     return
                 self.send_response(status)
+                if behaviour.retry_after is not None:
+                    self.send_header("Retry-After", behaviour.retry_after)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(behaviour.pad + len(raw)))
                 self.end_headers()

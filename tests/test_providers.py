@@ -8,7 +8,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.embeddings.base import embed_checked, get_provider, provider_names
 from grandbo.embeddings.deterministic import DeterministicProvider
-from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
+from grandbo.errors import ConfigError, EmbeddingError, EmbeddingValueError, ProviderUnavailableError
 from tests.fakes import FakeEmbeddings, vector_for
 
 
@@ -118,6 +118,18 @@ def test_a_bedrock_answer_that_is_no_embedding_is_an_embedding_error(tmp_path, f
     fake.behaviour.bedrock_embedding_of = lambda text: answer
     with pytest.raises(EmbeddingError):
         embed_checked(get_provider("bedrock", settings), ["one"])
+
+
+def test_a_bedrock_vector_holding_a_400_digit_integer_is_reported_out_of_range(tmp_path, fake, monkeypatch):
+    """JSON has no bound on an integer, and no float holds one of 400 digits: the answer was reported as "a vector of
+    shape (0,)", sending the operator to check the dimension (probe 31)."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    settings = Settings(home=tmp_path, bedrock_region="us-east-1", bedrock_endpoint_url=fake.url, bedrock_dimension=256)
+    fake.behaviour.bedrock_embedding_of = lambda text: [10**400] + [0.1] * 255
+    with pytest.raises(EmbeddingValueError, match="out-of-range") as caught:
+        embed_checked(get_provider("bedrock", settings), ["one"])
+    assert "shape" not in caught.value.message
 
 
 def test_bedrock_refuses_a_dimension_titan_cannot_produce(tmp_path):

@@ -57,6 +57,24 @@ embedded alone: the poison is isolated at its third attempt, and each job of its
 embedded."""
 
 
+TIMED_OUT = (
+    "the provider did not answer its batch within GRANDBO_HTTP_TIMEOUT_SECONDS; counted as a failed attempt, and "
+    "embedded next in a batch of such jobs only"
+)
+"""An embed job's `last_error` once its batch ran out of time (`errors.ProviderUnavailableError` with `timed_out`):
+a slow provider, or one text that makes it slow. Dealt as a job lost once (`LOST`): in a batch of such jobs, after
+the claim's fresh batches, so that a text that makes the provider slow takes no fresh job, nor org, with it. A batch
+that times out is not halved (a provider that is down would be asked twice as often, and hold the lease longer)."""
+
+TIMED_OUT_AGAIN = (
+    "the provider did not answer its batch within GRANDBO_HTTP_TIMEOUT_SECONDS twice in a row; counted as a failed "
+    "attempt, and embedded alone next"
+)
+"""An embed job's `last_error` once its batch of jobs that timed out (`TIMED_OUT`) timed out again: it may hold the
+text that makes the provider slow. Dealt as `LOST_AGAIN`, one a claim and alone: the text at fault waits and fails
+by itself, and its batch-mates (another org's entries) are embedded at their third attempt (probe 31)."""
+
+
 @dataclass(frozen=True, slots=True)
 class JobState:
     """Where one entry's embed job stands in the outbox: how often it was tried, why it last failed, and when

@@ -12,6 +12,8 @@ within the same bound, a piece at a time.
 
 from __future__ import annotations
 
+import datetime
+import email.utils
 import ssl
 import time
 import zlib
@@ -62,6 +64,21 @@ def post_bounded(http: httpx.Client, url: str, payload: Any, *, timeout: float, 
     answer's head too, waits at most what is left of `timeout` (`grandbo.deadlines`): a trickle ends at the deadline."""
     status, _, body = send_bounded(http, "POST", url, timeout=timeout, limit=limit, json=payload)
     return status, body
+
+
+def retry_after(headers: httpx.Headers, most: float) -> float | None:
+    """The seconds an answer's `Retry-After` asks the caller to wait (RFC 9110: seconds, or an HTTP-date), at most
+    `most`; None without one, or with one that says neither."""
+    value = headers.get("Retry-After", "").strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), most)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110's IMF-fixdate is GMT; an obsolete form may parse without a zone
+        when = when.replace(tzinfo=datetime.UTC)
+    return min(max(0.0, (when - datetime.datetime.now(datetime.UTC)).total_seconds()), most)
 
 
 def send_bounded(

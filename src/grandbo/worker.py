@@ -12,7 +12,9 @@ gone and ends its leases at once (`take_over`, its leases record their holder), 
 out; the claim that takes its jobs again counts each a failed attempt (`store.queue.leasable`). Such jobs are
 embedded in a batch of lost jobs only, one a claim, after the claim's fresh batches; one lost again (it was in the
 lost batch that ended a worker again) alone: a text that ends every worker stops after GRANDBO_EMBED_MAX_ATTEMPTS
-and takes no fresh job, nor org, with it, and a deploy's kill comes back a batch a claim, not a job a claim.
+and takes no fresh job, nor org, with it, and a deploy's kill comes back a batch a claim, not a job a claim. A batch
+the provider does not answer in time is dealt the same way (`embed_jobs.TIMED_OUT`): a text that makes the provider slow
+is embedded alone at its third attempt, and fails by itself.
 """
 
 from __future__ import annotations
@@ -28,8 +30,15 @@ import numpy.typing as npt
 import structlog
 
 from grandbo.config import Settings
+from grandbo.embed_jobs import TIMED_OUT, TIMED_OUT_AGAIN
 from grandbo.embeddings.base import CANARY, Provider, embed_checked, space_of, texts_fault
-from grandbo.errors import EmbeddingError, GrandboError, StoreFullError, StoreUnavailableError
+from grandbo.errors import (
+    EmbeddingError,
+    GrandboError,
+    ProviderUnavailableError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from grandbo.model import EmbeddingState, utcnow
 from grandbo.pending_work import EMBED_MOST_SECONDS, retry_delay
 from grandbo.ports import EmbedJob, EmbedResult, OrgEntries, Outbox
@@ -240,7 +249,17 @@ class EmbedWorker:
         )
         attempt = max(job.attempts for job in jobs) + 1
         delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=EMBED_MOST_SECONDS)
-        self.store.fail_jobs(jobs, error.message, utcnow() + timedelta(seconds=delay))
+        if isinstance(wait := error.detail.get("retry_after_s"), float):  # the provider's Retry-After, at least
+            delay = max(delay, wait)
+        retry_at = utcnow() + timedelta(seconds=delay)
+        if isinstance(error, ProviderUnavailableError) and error.detail.get("timed_out"):
+            # Dealt next as jobs that lost their worker (a batch of their own), alone once timed out twice in a row
+            # (`embed_jobs.TIMED_OUT`): a text that makes the provider slow fails by itself, not its batch-mates.
+            for again in (False, True):
+                if group := [job for job in jobs if job.lost is again]:
+                    self.store.fail_jobs(group, TIMED_OUT_AGAIN if again else TIMED_OUT, retry_at)
+        else:
+            self.store.fail_jobs(jobs, error.message, retry_at)
         report.failed += len(jobs)
         report.errors.append(error.message)
         log.warning(

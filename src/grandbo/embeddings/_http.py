@@ -11,7 +11,8 @@ import httpx
 import structlog
 
 from grandbo.errors import EmbeddingCountError, EmbeddingError, ProviderUnavailableError
-from grandbo.http import AnswerTooLarge, client, post_bounded
+from grandbo.http import AnswerTooLarge, client, retry_after, send_bounded
+from grandbo.pending_work import EMBED_MOST_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -48,7 +49,7 @@ def post_embeddings(
     count = len(inputs) if isinstance(inputs, list) else 1
     limit = answer_limit(count, dimension)
     try:
-        status, body = post_bounded(http, url, payload, timeout=timeout, limit=limit)
+        status, headers, body = send_bounded(http, "POST", url, timeout=timeout, limit=limit, json=payload)
     except AnswerTooLarge:
         # Most likely its vectors are wider than configured: a model not asked for a dimension answers its own.
         setting = f"GRANDBO_{provider.upper()}_DIMENSION"
@@ -65,7 +66,9 @@ def post_embeddings(
             else f"{provider} is unreachable at {url}: {error}. The entries stay stored and the embed jobs "
             "will be retried; check the base URL and the network."
         )
-        raise ProviderUnavailableError(message, detail={"provider": provider, "url": url}) from error
+        # timed out: the worker deals the batch's jobs apart next (`embed_jobs.TIMED_OUT`)
+        detail = {"provider": provider, "url": url, "timed_out": isinstance(error, httpx.TimeoutException)}
+        raise ProviderUnavailableError(message, detail=detail) from error
     if status != 200:
         kind = ProviderUnavailableError if status in _RETRYABLE else EmbeddingError
         remedy = "it will be retried" if kind is ProviderUnavailableError else "check the API key, model and dimension"
@@ -73,18 +76,42 @@ def post_embeddings(
         # organization asked, and an upstream's body can name another tenant's input or the account.
         log.warning("embedding.provider_error", provider=provider, status=status,
                     body=body[:300].decode(errors="replace"))  # fmt: skip
+        # A provider's Retry-After (429, 503) is the least the worker waits before the jobs' next attempt.
+        wait = retry_after(headers, EMBED_MOST_SECONDS) if kind is ProviderUnavailableError else None
         raise kind(
             f"{provider} answered HTTP {status} (its answer is in the server's log as embedding.provider_error); "
-            f"{remedy}.",
-            detail={"provider": provider, "status": status},
+            f"{remedy}{'' if wait is None else f' after the {wait:g} s its Retry-After asks'}.",
+            detail={"provider": provider, "status": status, **({} if wait is None else {"retry_after_s": wait})},
         )
     try:
-        data = json.loads(body)["data"]
+        answer = json.loads(body)
+        data = answer["data"]
     except RecursionError:  # arrays nested past Python's parser: no ValueError (probe 31)
         raise _malformed(provider, "a body nested deeper than any embeddings response") from None
     except (ValueError, KeyError, TypeError) as error:
         raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
+    asked, answered = payload.get("model"), answer.get("model")
+    if isinstance(asked, str) and answered not in (None, "") and not same_model(asked, answered):
+        setting, named = f"GRANDBO_{provider.upper()}_MODEL", str(answered)[:80]
+        raise _malformed(provider, f"vectors of the model {named!r}, not {asked!r} as asked (vectors of two models "
+                         "never mix, even of one dimension)", remedy=f"If it persists, a proxy in front of the "
+                         f"service answers with another model: fix its routing, or set {setting} to the model it "
+                         "serves and run `grandbo reembed`.")  # fmt: skip
     return _in_order(provider, data, count)
+
+
+def same_model(asked: str, answered: object) -> bool:
+    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix
+    (`openai/text-embedding-3-small`, as a router names it) or a version suffix of digits (OpenAI answers
+    `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name is another model,
+    whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for `voyage-3`)."""
+    if not isinstance(answered, str):
+        return False
+    name = answered.rsplit("/", 1)[-1] if "/" not in asked else answered
+    if name == asked or name == f"{asked}:latest":
+        return True
+    suffix = name.removeprefix(f"{asked}-")
+    return suffix != name and suffix.removeprefix("v").replace("-", "").isdigit()
 
 
 def answer_limit(count: int, dimension: int) -> int:

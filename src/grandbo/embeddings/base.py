@@ -95,11 +95,14 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
         )
     out: list[Matrix | None] = []
     for position, vector in enumerate(vectors):
+        wide: npt.NDArray[np.float64] | None
         try:
             wide = np.asarray(vector, dtype=np.float64)
-        except (TypeError, ValueError, OverflowError):
+        except OverflowError:  # an integer no float holds (JSON's are unbounded): out of range, not a wrong shape
+            wide = None
+        except (TypeError, ValueError):
             wide = np.zeros(0)  # not a list of numbers: reported as a wrong shape below
-        if wide.shape != (provider.dimension,):
+        if wide is not None and wide.shape != (provider.dimension,):
             problem = f"a vector of shape {wide.shape} at position {position}, not ({provider.dimension},)"
             _unusable(provider, problem)
             raise EmbeddingDimensionError(
@@ -108,7 +111,7 @@ def embed_checked(provider: Provider, texts: Sequence[str], purpose: Purpose = "
                 "provider's configured dimension.",
                 detail={"provider": provider.name, "dimension": provider.dimension, "position": position},
             )
-        array = as_float32(wide)
+        array = None if wide is None else as_float32(wide)
         if array is None:
             problem = f"a vector with NaN, infinite or out-of-range values (past ±3.4e38) at position {position}"
             _unusable(provider, problem)

@@ -65,7 +65,7 @@ class BedrockProvider:
                 raise ProviderUnavailableError(
                     f"Bedrock did not answer within {self._timeout:g}s ({type(error).__name__}: {error}); the "
                     "entries stay stored and the embed jobs will be retried.",
-                    detail={"provider": self.name},
+                    detail={"provider": self.name, "timed_out": isinstance(error, httpx.TimeoutException)},
                 ) from error
             except AnswerTooLarge as error:
                 raise EmbeddingError(

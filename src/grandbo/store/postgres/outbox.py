@@ -21,14 +21,14 @@ from psycopg.rows import dict_row
 
 from grandbo.errors import EntryStateError
 from grandbo.model import EmbeddingSpace, Status
-from grandbo.ports import LOST, LOST_AGAIN, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.postgres import reach
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import FOR_SHARE, SET_ORG, SKIP_LOCKED
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db
 from grandbo.store.sql.holders import holder
-from grandbo.store.sql.outbox_holders import LOSSES, LOST_BEFORE
+from grandbo.store.sql.outbox_holders import LOSS_MARKS, LOSSES
 
 log = structlog.get_logger(__name__)
 
@@ -130,7 +130,7 @@ class OutboxMixin(PostgresConnection):
                             f"FROM embed_outbox WHERE org_id = %s AND {_READY} "
                             "AND (available_at, job_id) > (%s::timestamptz, %s::bigint) "
                             "ORDER BY available_at, job_id LIMIT %s",
-                            (LOST, LOST_AGAIN, LOST_BEFORE, org, max_attempts, *(after or ("-infinity", -1)), count),
+                            (*LOSS_MARKS, org, max_attempts, *(after or ("-infinity", -1)), count),
                         )))  # fmt: skip
                 return {
                     org: [queue.Candidate(org, (at, job), job, attempts, lapsed, lost)

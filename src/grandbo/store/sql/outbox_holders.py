@@ -10,13 +10,15 @@ leased jobs only: the look for their holders never reads a backlog."""
 
 from __future__ import annotations
 
+from grandbo.embed_jobs import LOST, LOST_AGAIN, TIMED_OUT, TIMED_OUT_AGAIN
+
 DESCRIPTION = "an embed job's lease records the worker holding it, so that one proved gone is taken over at once"
 COLUMN = "ALTER TABLE embed_outbox ADD COLUMN claimed_by text"
 INDEX = "CREATE INDEX embed_outbox_leased ON embed_outbox (org_id, claimed_by) WHERE claimed_until IS NOT NULL"
 
-LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 ELSE 0 END"
-"""A job's leases lost in a row, as a claim reads it (`queue.Candidate.lost`; parameters: `ports.LOST`,
-`ports.LOST_AGAIN`, `LOST_BEFORE`): 0, 1 or 2 (two or more)."""
+LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 WHEN {p} THEN 1 WHEN {p} THEN 2 ELSE 0 END"
+"""A job's leases lost (or batches timed out) in a row, as a claim reads it (`queue.Candidate.lost`; parameters:
+`LOSS_MARKS`): 0, 1 or 2 (two or more)."""
 
 LOST_BEFORE = (
     "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
@@ -24,3 +26,6 @@ LOST_BEFORE = (
 )
 """`ports.LOST` as the releases before migration 31 wrote it (a job then embedded alone at once): a job an upgrade
 finds marked so is still embedded alone (review 25: read as fresh, it was dealt in with other orgs' jobs)."""
+
+LOSS_MARKS = (LOST, LOST_AGAIN, LOST_BEFORE, TIMED_OUT, TIMED_OUT_AGAIN)
+"""The parameters of `LOSSES`, in its order: a batch timed out is dealt as a lease lost (`embed_jobs.TIMED_OUT`)."""

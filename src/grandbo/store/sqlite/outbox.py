@@ -13,10 +13,10 @@ import structlog
 
 from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
-from grandbo.ports import LOST, LOST_AGAIN, UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
+from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import fence, projection, queue
 from grandbo.store.sql.holders import holder
-from grandbo.store.sql.outbox_holders import LOSSES, LOST_BEFORE
+from grandbo.store.sql.outbox_holders import LOSS_MARKS, LOSSES
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 from grandbo.store.sqlite.connection import Connection
 from grandbo.store.sqlite.dialect import chunks, marks
@@ -131,7 +131,7 @@ class Outbox(Connection):
                         "FROM embed_outbox WHERE org_id = ? AND available_at <= ? "
                         "AND (available_at, job_id) > (?, ?) AND attempts < ? "
                         "AND (claimed_until IS NULL OR claimed_until <= ?) ORDER BY available_at, job_id LIMIT ?",
-                        (LOST, LOST_AGAIN, LOST_BEFORE, org, now, *(after or ("", -1)), max_attempts, now, count),
+                        (*LOSS_MARKS, org, now, *(after or ("", -1)), max_attempts, now, count),
                     ).fetchall()
                     found[org] = [queue.Candidate(org, (row[0], row[1]), row[1], row[2], bool(row[3]), row[4])
                                   for row in ready]  # fmt: skip
