@@ -4,6 +4,7 @@ documents; the Python heap's peak 28 MB at 5,000 of each, 110 MB at 20,000)."""
 
 from __future__ import annotations
 
+import json
 import tracemalloc
 
 from grandbo.ports import DocumentWrite
@@ -40,3 +41,17 @@ def test_an_export_holds_a_page_of_the_org_whatever_its_size(memory, tmp_path, m
     large, counts = _peak(memory, tmp_path / "large.jsonl")
     assert (counts["events"], counts["document_events"], counts["documents"]) == (2000, 2000, 2000)
     assert large < small * 1.5, (small, large)
+
+
+def test_an_export_writes_the_vectors_in_sequence_order(memory, tmp_path, monkeypatch):
+    # Failed before: a page of the store at a time, the vectors came newest first (older releases wrote them by
+    # sequence). One batch shares its creation time, and a correction moves an entry to the end of the log.
+    monkeypatch.setattr(log_export, "EXPORT_PAGE", 2)
+    first, *_ = memory.remember_many([{"title": f"checkout pool {i}", "body": " ".join(WORDS)} for i in range(5)])
+    memory.remember_many([{"title": f"session keys {i}", "body": " ".join(WORDS)} for i in range(3)])
+    memory.correct(first.id, {"body": "redis maxmemory reached"}, reason="clearer", actor="test")
+    memory.export_log(path := tmp_path / "log.jsonl")
+    written = [record["vector"]["entry_id"] for text in path.read_text().splitlines()
+               if "vector" in (record := json.loads(text))]  # fmt: skip
+    in_sequence = [entry.id for entry in sorted(memory.entries(), key=lambda entry: entry.seq)]
+    assert written == in_sequence and len(written) == 8

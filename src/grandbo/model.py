@@ -93,7 +93,7 @@ class Listing:
     """A page of an organization's entries, the newest first (by creation, then id): at most `limit`, created
     before `before` (a time and an id: the last of the previous page), of `kind`, of one of `kinds`, of `status`
     and naming `service` if given. With `after` (the first of a page), the page toward the newest instead: those
-    created after it, the oldest first."""
+    created after it, the oldest first. With `after_seq` (an export's pages): those last written after it, by seq."""
 
     limit: int
     before: tuple[datetime, str] | None = None
@@ -102,6 +102,7 @@ class Listing:
     kinds: tuple[Kind, ...] = ()
     status: Status | None = None
     after: tuple[datetime, str] | None = None
+    after_seq: int | None = None
 
 
 class Arm(Vocabulary):

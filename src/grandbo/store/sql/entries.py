@@ -14,8 +14,9 @@ from grandbo.store.sql.dialect import Dialect
 def listed(d: Dialect, include_inactive: bool, listing: Listing | None) -> tuple[str, list[Any], str]:
     """The condition after an org's `org_id = ...`, its parameters and the order of its entries: every one by seq,
     or `listing`'s page in SQL (newest first by creation, then id by code point, as the API's list routes sort;
-    with `after`, the oldest first from there; a page used to read and sort every entry of the org in the
-    process). Entry times are kept in UTC (as text on SQLite, which sorts as the times do)."""
+    with `after`, the oldest first from there; with `after_seq`, by seq from there; a page used to read and sort
+    every entry of the org in the process). Entry times are kept in UTC (as text on SQLite, which sorts as the
+    times do)."""
     where = "" if include_inactive else " AND status = 'active'"
     values: list[Any] = []
     if listing is None:
@@ -38,6 +39,8 @@ def listed(d: Dialect, include_inactive: bool, listing: Listing | None) -> tuple
             else:
                 where = f"{where} AND (created_at {beyond} {p} OR (created_at = {p} AND {ids} {beyond} {p}))"
                 values = [*values, at, at, entry_id]
+    if listing.after_seq is not None:
+        return f"{where} AND seq > {p}", [*values, listing.after_seq], f"seq LIMIT {int(listing.limit)}"
     way = "ASC" if listing.after is not None else "DESC"
     return where, values, f"created_at {way}, {ids} {way} LIMIT {int(listing.limit)}"
 
