@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from grandbo.errors import ImportFormatError
 from grandbo.history.record import FindingKind, HistoricFinding
 from grandbo.values import utc
 
@@ -30,6 +32,15 @@ class Unreadable(ValueError):
 
 class Skip(ValueError):
     """A record the reader leaves out on purpose (a test incident, a duplicate); the message says why."""
+
+
+def refuse_mapping(source: str, reads: str, mapping: Mapping[str, str] | None) -> None:
+    """`Reader.check` of a source that reads its own fields (`reads` says which): any mapping is refused."""
+    if mapping:
+        raise ImportFormatError(
+            f"The {source} source takes no --map (?map= over REST): it reads {reads}. Import again without it.",
+            detail={"source": source},
+        )
 
 
 def kind(value: object) -> str:

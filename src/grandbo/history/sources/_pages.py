@@ -32,7 +32,7 @@ from pydantic import ValidationError
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, Skipped, repeated_key, too_long
 from grandbo.history.sources._encoding import Blocks, label, utf8_blocks
-from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, unique
+from grandbo.history.sources._fields import Fields, Skip, Unreadable, kind, refuse_mapping, unique
 from grandbo.history.sources._sniff import MARKS, Judge, missing
 
 Build = Callable[[Fields, str], HistoricIncident]
@@ -54,12 +54,7 @@ class PagedReader:
     singles: bool = False
 
     def check(self, mapping: dict[str, str] | None) -> None:
-        if mapping:
-            raise ImportFormatError(
-                f"The {self.name} source takes no --map (?map= over REST): it reads the vendor's own fields. Import "
-                "again without it.",
-                detail={"source": self.name},
-            )
+        refuse_mapping(self.name, "the vendor's own fields", mapping)
 
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """Every record of every page at `path`, in order (`read_each`); a `mapping` is an error: none is needed."""

@@ -31,7 +31,7 @@ import yaml
 
 from grandbo.errors import ImportFormatError
 from grandbo.history.record import HistoricFinding, HistoricIncident, Refusal, Skipped
-from grandbo.history.sources._fields import Unreadable, kind, on_calendar
+from grandbo.history.sources._fields import Unreadable, kind, on_calendar, refuse_mapping
 from grandbo.history.sources._markdown_body import Body, normal, parse
 from grandbo.linear import LinearPattern
 
@@ -74,12 +74,7 @@ class MarkdownReader:
         self.max_bytes = max_bytes
 
     def check(self, mapping: dict[str, str] | None) -> None:
-        if mapping:
-            raise ImportFormatError(
-                "The markdown source takes no --map (?map= over REST): it reads the headings and front matter. "
-                "Import again without it.",
-                detail={"source": self.name},
-            )
+        refuse_mapping(self.name, "the headings and front matter", mapping)
 
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal | Skipped]:
         """Each post-mortem under `path` (a folder, walked in sorted order, or one file) as an incident or a
