@@ -43,6 +43,13 @@ _UNKNOWN = {"", "unknown", "n/a", "na", "none", "null", "tbd", "-", "?"}
 _HEADING = LinearPattern(r"(?m)^\s*#\s+(.+?)\s*#*\s*$")
 
 
+class Mapped:
+    """A source read through a `--map` (csv, jsonl): its `Reader.check` is the mapping's parse."""
+
+    def check(self, mapping: dict[str, str] | None) -> None:
+        parse_mapping(mapping)
+
+
 def parse_mapping(mapping: Mapping[str, str] | None) -> dict[str, list[str]]:
     """The mapping as field -> columns (aliases resolved); an unknown field is an error listing the valid ones, and
     so, naming the pair, is one no record could be read through (`_mapping_problem`): each record was refused."""

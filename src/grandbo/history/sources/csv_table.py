@@ -23,18 +23,15 @@ from typing import IO
 from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import MAX_RECORD, HistoricIncident, Refusal
 from grandbo.history.sources._encoding import encoding_of, label
-from grandbo.history.sources._rows import over, parse_mapping, record_of, unreadable
+from grandbo.history.sources._rows import Mapped, over, parse_mapping, record_of, unreadable
 
 _SEPARATORS = {";": "`;`", "\t": "tab", "|": "`|`"}  # what else a one-column header may be separated by
 
 
-class Csv:
+class Csv(Mapped):
     """`csv`: a header row, then one incident a row (comma-separated, quoted as spreadsheets write it)."""
 
     name = "csv"
-
-    def check(self, mapping: dict[str, str] | None) -> None:
-        parse_mapping(mapping)
 
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)

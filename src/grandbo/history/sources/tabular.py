@@ -35,7 +35,7 @@ from grandbo.errors import ImportFormatError, InvalidInputError
 from grandbo.history.record import MAX_RECORD, MAX_VALUES, HistoricIncident, Refusal, repeated_key, too_long
 from grandbo.history.sources._encoding import Lines, byte_lines, label
 from grandbo.history.sources._fields import kind
-from grandbo.history.sources._rows import over, parse_mapping, record_of, unreadable
+from grandbo.history.sources._rows import Mapped, over, parse_mapping, record_of, unreadable
 from grandbo.values import NotJsonNumber, RepeatedKey, strict_json
 
 _NOT_VALUES = frozenset({"map_key", "end_map", "end_array"})  # ijson's events that are no value of their own
@@ -57,13 +57,10 @@ def parse_pairs(text: str | None) -> dict[str, str] | None:
     return {key.strip(): value.strip() for key, value in (item.split("=", 1) for item in items)}
 
 
-class JsonLines:
+class JsonLines(Mapped):
     """`jsonl`: one JSON object a line."""
 
     name = "jsonl"
-
-    def check(self, mapping: dict[str, str] | None) -> None:
-        parse_mapping(mapping)
 
     def read(self, path: Path, mapping: dict[str, str] | None = None) -> Iterator[HistoricIncident | Refusal]:
         mapped = parse_mapping(mapping)
