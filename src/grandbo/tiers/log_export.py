@@ -34,6 +34,8 @@ def portable(collection: str, data: Any) -> Any:
 
 
 def line(record: dict[str, Any]) -> bytes:
+    """`record` as one line of an export: compact JSON, UTF-8 as written (not escaped), ended by a newline; the
+    checksum line's sha256 is of these bytes. Public for whoever writes an export's lines again (the tests do)."""
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
