@@ -33,7 +33,7 @@ def _peak(memory, path) -> tuple[int, dict[str, int]]:
 
 def test_an_export_holds_a_page_of_the_org_whatever_its_size(memory, tmp_path, monkeypatch):
     # Failed before: the peak grew with the org (4 times the entries and documents: about 4 times the peak).
-    monkeypatch.setattr(log_export, "EXPORT_PAGE", 100, raising=False)
+    monkeypatch.setattr(log_export, "EXPORT_PAGE", 100)
     _add(memory, 0, 500)
     small, counts = _peak(memory, tmp_path / "small.jsonl")
     assert (counts["events"], counts["documents"]) == (500, 500)
