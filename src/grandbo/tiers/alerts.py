@@ -374,6 +374,10 @@ class Alerts:
     def get(self, alert_id: str) -> StoredAlert:
         return required(self.find(alert_id), "alert", "alert_id", alert_id)
 
+    def count_at_most(self, most: int) -> int:
+        """How many alerts the org holds, counted no further than `most` (an index read: no alert is read)."""
+        return self.documents.count(ALERTS, most)
+
     def page(
         self, limit: int = 50, *, after: Position = None, status: str | None = None, service: str | None = None,
         source: str | None = None, since: datetime | None = None, until: datetime | None = None,

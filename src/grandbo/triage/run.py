@@ -306,7 +306,7 @@ class Triage:
             # read whole here, and every later triage counts from what is kept (left to the store, each read its
             # alerts: 9.2 against 3.2 ms CPU at 250); a larger one's whole read would cost one triage more than the
             # store's (800 against 107 ms at 5,000 long alerts), told by a count on the store's index.
-            elif self._memory.alerts.documents.count(ALERTS, INLINE_ALERTS + 1) <= INLINE_ALERTS:
+            elif self._memory.alerts.count_at_most(INLINE_ALERTS + 1) <= INLINE_ALERTS:
                 seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
                 if seen is not None:
                     return seen
