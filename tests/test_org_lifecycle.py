@@ -13,7 +13,7 @@ import pytest
 from grandbo.errors import NotAuthorizedError, NotFoundError
 from grandbo.ports import EmbedResult
 from grandbo.service import Grandbo
-from grandbo.store.base import ORG_TABLES
+from grandbo.store.base import DROPPED, ORG_TABLES
 from tests.conftest import owner_url
 from tests.serving import serving
 from tests.test_console_http import signed_in
@@ -41,22 +41,26 @@ class _Blocker:
         self._url = url
 
     def wait_for_waiters(self, count: int) -> None:
-        """Until `count` sessions of this database wait on a lock (bounded; the threads' state is what counts)."""
-        with psycopg.connect(owner_url(self._url), autocommit=True) as conn:
-            deadline = time.monotonic() + 60
-            while time.monotonic() < deadline:
-                (waiting,) = conn.execute(
-                    "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                    "WHERE NOT l.granted AND a.datname = current_database()"
-                ).fetchone()
-                if waiting >= count:
-                    return
-                time.sleep(0.02)
-        pytest.fail(f"fewer than {count} sessions came to wait on a lock")
+        _wait_for_waiters(self._url, count)
 
     def release(self) -> None:
         self._conn.rollback()
         self._conn.close()
+
+
+def _wait_for_waiters(url: str, count: int) -> None:
+    """Until `count` sessions of this database wait on a lock (bounded; the threads' state is what counts)."""
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            (waiting,) = conn.execute(
+                "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE NOT l.granted AND a.datname = current_database()"
+            ).fetchone()
+            if waiting >= count:
+                return
+            time.sleep(0.02)
+    pytest.fail(f"fewer than {count} sessions came to wait on a lock")
 
 
 def _run(target, outcome: dict[str, object], name: str) -> threading.Thread:  # type: ignore[no-untyped-def]
@@ -233,3 +237,32 @@ def test_only_a_drop_of_an_org_that_had_a_key_makes_the_next_one_of_its_name_wai
     assert store.since_dropped("keyed") is not None
     grandbo.org("keyless", create=True)  # at once, and empty
     assert grandbo.org("keyless").find("OLD-1") is None
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_create_racing_a_drop_waits_out_the_key_caches_after_it(settings, database_url):
+    """A create that read no drop of the name, and then made the org once a drop committed (its insert waited for
+    the drop's delete of the row), waits out every process's key cache from that drop, as one that read it does.
+    Before, it returned at once. The drop is an owner's transaction holding the org's row deleted, the drop
+    recorded as `drop_org` records it, then committed."""
+    window = 1.0
+    settings = settings.model_copy(update={"key_cache_seconds": window})
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.create_org("acme")
+        drop = psycopg.connect(owner_url(database_url))
+        drop.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        assert drop.execute("DELETE FROM orgs WHERE org_id = 'acme'").rowcount == 1
+        outcome: dict[str, object] = {}
+        create = _run(lambda: grandbo.create_org("acme"), outcome, "create")
+        try:
+            _wait_for_waiters(database_url, 1)  # the create's insert waits for the drop
+            with psycopg.connect(owner_url(database_url), autocommit=True) as meta:  # in its own, as `drop_org`
+                meta.execute("INSERT INTO store_meta (key, value) VALUES (%s, clock_timestamp()::text)",
+                             (DROPPED + "acme",))  # fmt: skip
+            drop.commit()
+        finally:
+            drop.close()
+            create.join()
+        assert not isinstance(outcome["create"], Exception) and "acme" in grandbo._store.orgs()  # made again
+        assert grandbo._store.since_dropped("acme") >= window  # returned no sooner

@@ -369,12 +369,18 @@ class Grandbo:
     def _ensure(self, org_id: str) -> None:
         """Create the org if it does not exist; one dropped under the name less than GRANDBO_KEY_CACHE_SECONDS ago, once
         that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s; the
-        store records only the drop of an org that had a key, `since_dropped`)."""
-        since = self._store.since_dropped(org_id)  # a moment more: a key read just before the drop is kept after it
-        wait = self.settings.key_cache_seconds + 0.25 - since if since is not None else 0.0
-        if wait > 0 and org_id not in self._store.orgs():
+        store records only the drop of an org that had a key, `since_dropped`). A drop recorded between that read and
+        the create (a create racing the drop) is waited out after the create; the org's incarnation refuses the old
+        org's keys meanwhile (`grandbo.incarnation`)."""
+        if (wait := self._drop_wait(org_id)) > 0 and org_id not in self._store.orgs():
             time.sleep(wait)
-        self._store.ensure_org(org_id)
+        if self._store.ensure_org(org_id) and (wait := self._drop_wait(org_id)) > 0:
+            time.sleep(wait)
+
+    def _drop_wait(self, org_id: str) -> float:
+        """How long a key cache may still hold a key of an org dropped under the name (0: none dropped lately)."""
+        since = self._store.since_dropped(org_id)  # a moment more: a key read just before the drop is kept after it
+        return self.settings.key_cache_seconds + 0.25 - since if since is not None else 0.0
 
     def drop_org(self, org_id: str) -> None:
         """Delete an organization and everything it holds."""

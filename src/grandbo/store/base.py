@@ -190,7 +190,7 @@ class Organizations(Protocol):
     disk_reserve_mb: int
     """Free space the embedded store's writes that add leave on its disk (`store.sqlite.full`; 0: none)."""
 
-    def ensure_org(self, org_id: str) -> None: ...
+    def ensure_org(self, org_id: str) -> bool: ...  # True: this call made the org
     def orgs(self) -> list[str]: ...
     def org_created(self) -> dict[str, datetime]:
         """Every organization with the time it was created."""

@@ -73,9 +73,10 @@ class OrgsMixin(PostgresConnection):
                 total += self._enqueue_missing(conn, org_id, space)
         return total
 
-    def ensure_org(self, org_id: str) -> None:
+    def ensure_org(self, org_id: str) -> bool:
         with self._writing(org_id) as conn:
-            conn.execute("INSERT INTO orgs (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
+            made = conn.execute("INSERT INTO orgs (org_id) VALUES (%s) ON CONFLICT DO NOTHING", (org_id,))
+            return made.rowcount == 1
 
     def orgs(self) -> list[str]:
         def read() -> list[str]:

@@ -47,12 +47,12 @@ _TERMS_SOURCE = "SELECT entry_id, title, body, tags, services, terms, seq FROM m
 
 
 class Orgs(Connection):
-    def ensure_org(self, org_id: str) -> None:
+    def ensure_org(self, org_id: str) -> bool:
         while True:  # a former org of this name: its rows all go before the new org exists
             self._finish_drop(org_id)
             with self._write(org_id) as db:
                 if db.execute("SELECT 1 FROM orgs WHERE org_id = ?", (org_id,)).fetchone() is not None:
-                    return
+                    return False
                 # In the same write as the insert: a drop whose first step committed after the read above would
                 # otherwise delete the new org's rows with the old one's.
                 if db.execute("SELECT 1 FROM store_meta WHERE key = ?", (DROPPING + org_id,)).fetchone() is None:
@@ -61,7 +61,7 @@ class Orgs(Connection):
                         "INSERT INTO orgs (org_id, created_at, epoch, incarnation) VALUES (?, ?, ?, ?)",
                         (org_id, utcnow().isoformat(), epoch, epoch),
                     )
-                    return
+                    return True
 
     def orgs(self) -> list[str]:
         with self._reading() as db:
