@@ -239,8 +239,8 @@ class FakeEmbeddings:
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()
+                self._record["answered"] = True  # before the bytes a client may act on at once (`_send`)
                 self.wfile.write(raw)
-                self._record["answered"] = True
 
             def _send(self, status: int, payload: dict[str, Any]) -> None:
                 raw = json.dumps(payload).encode()
@@ -264,8 +264,10 @@ class FakeEmbeddings:
                             time.sleep(behaviour.trickle_s)
                     else:
                         self.wfile.write(b" " * behaviour.pad)
-                    self.wfile.write(raw)
+                    # marked before the last bytes go: a client that has read them may look at once (a flag set
+                    # after the write raced a test reading it right after the client's call returned)
                     self._record["answered"] = True
+                    self.wfile.write(raw)
                 except OSError:  # the client gave up on the answer
                     pass
 
