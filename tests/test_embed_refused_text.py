@@ -29,21 +29,26 @@ FAULTS = {
 }
 
 
+def _two_orgs_embedded(grandbo: Grandbo, attempts: int) -> None:
+    """Two texts the fake refuses written by org "evil", two fine ones by "victim" (dealt evil, victim, evil, victim:
+    into both halves of a batch of 4), then the worker's claims run once more than an entry's attempts."""
+    writes = {"evil": ["poison pill text", "another poison text"],
+              "victim": ["disk full on node b", "kafka lag on the payments topic"]}  # fmt: skip
+    for org, titles in writes.items():
+        memory = grandbo.org(org, create=True)
+        grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
+                                    for title in titles])  # fmt: skip
+    worker = grandbo.worker()
+    for _ in range(attempts + 1):
+        worker.run_once()
+
+
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_another_orgs_text_the_provider_refuses_never_fails_this_orgs_entries(tmp_path, fake, database_url, fault):
     FAULTS[fault](fake.behaviour)
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_max_attempts=3)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        # two texts refused, dealt into both halves of the batch (evil, victim, evil, victim)
-        writes = {"evil": ["poison pill text", "another poison text"],
-                  "victim": ["disk full on node b", "kafka lag on the payments topic"]}  # fmt: skip
-        for org, titles in writes.items():
-            memory = grandbo.org(org, create=True)
-            grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
-                                        for title in titles])  # fmt: skip
-        worker = grandbo.worker()
-        for _ in range(settings.embed_max_attempts + 1):
-            worker.run_once()
+        _two_orgs_embedded(grandbo, settings.embed_max_attempts)
         victim, evil = grandbo.org("victim").stats(), grandbo.org("evil").stats()
         entries = grandbo.org("victim").recall("disk full kafka lag", k=5).hits
         vectors = grandbo.org("victim").vectors([hit.entry.id for hit in entries])
@@ -53,10 +58,10 @@ def test_another_orgs_text_the_provider_refuses_never_fails_this_orgs_entries(tm
         assert vectors[hit.entry.id].tolist() == pytest.approx(vector_for(hit.entry.title, 8), abs=1e-6)
 
 
-def test_a_provider_that_refuses_every_request_is_asked_three_times_a_batch(tmp_path, fake, database_url):
+def test_a_provider_that_refuses_every_request_is_asked_at_most_four_times_a_batch(tmp_path, fake, database_url):
     """Refused whatever it holds (an unsupported dimension, a model the key cannot use as asked), a batch is not halved
-    down to each text (2n-1 calls: 127 for 64): both halves fail and so does a text of no tenant's alone, so the whole batch counts the attempt, and the
-    claim stops there."""
+    down to each text (2n-1 calls: 127 for 64): both halves fail and so does a text of no tenant's alone, so the
+    whole batch counts the attempt, and the claim stops there."""
     fake.behaviour.reject_for = {""}  # every text
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=64)
     with Grandbo.init(settings, embedding="openai") as grandbo:
@@ -79,14 +84,6 @@ def test_a_claim_whose_time_is_spent_by_the_batch_still_asks_its_halves_apart(tm
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_max_attempts=3,
                        embed_claim_seconds=1e-6)  # fmt: skip
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        writes = {"evil": ["poison pill text", "another poison text"],
-                  "victim": ["disk full on node b", "kafka lag on the payments topic"]}  # fmt: skip
-        for org, titles in writes.items():
-            memory = grandbo.org(org, create=True)
-            grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
-                                        for title in titles])  # fmt: skip
-        worker = grandbo.worker()
-        for _ in range(settings.embed_max_attempts + 1):
-            worker.run_once()
+        _two_orgs_embedded(grandbo, settings.embed_max_attempts)
         victim = grandbo.org("victim").stats()
     assert (victim.readable, victim.failed, victim.pending) == (2, 0, 0)  # before: (0, 2, 0)
