@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from grandbo.files import replaced_privately, writable
 from grandbo.model import Entry, Event, Listing, utcnow
@@ -23,6 +23,7 @@ from grandbo.tiers.learning_model import FOLDS
 FORMAT = "grandbo-event-log"
 VERSION = 1
 EXPORT_PAGE = 1_000  # entry events, entries or document records read at once
+Paged = TypeVar("Paged", Event, Entry)
 
 
 def portable(collection: str, data: Any) -> Any:
@@ -39,19 +40,22 @@ def line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def _events(entries: OrgEntries) -> Iterator[Event]:
+def _by_seq(read: Callable[[int], list[Paged]]) -> Iterator[list[Paged]]:
+    """`read(after)`'s pages, each read after the last one's sequence number, until one comes back empty."""
     after = 0
-    while page := entries.events(since_seq=after, limit=EXPORT_PAGE):
-        yield from page
+    while page := read(after):
+        yield page
         after = page[-1].seq
+
+
+def _events(entries: OrgEntries) -> Iterator[Event]:
+    for page in _by_seq(lambda after: entries.events(since_seq=after, limit=EXPORT_PAGE)):
+        yield from page
 
 
 def _active(entries: OrgEntries) -> Iterator[list[Entry]]:
     """The active entries a page at a time, by sequence (the order an export has always written their vectors)."""
-    after = 0
-    while page := entries.entries(listing=Listing(limit=EXPORT_PAGE, after_seq=after)):
-        yield page
-        after = page[-1].seq
+    return _by_seq(lambda after: entries.entries(listing=Listing(limit=EXPORT_PAGE, after_seq=after)))
 
 
 def export_log(
