@@ -111,6 +111,28 @@ def test_an_org_whose_writer_lock_is_held_does_not_hold_the_vectors_of_the_other
     assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in again]) == 1
 
 
+def test_a_backfill_embeds_the_jobs_given_back_while_their_org_was_busy(grandbo, url, store):
+    """CI (session 31): vectors computed while an import held the org's writer lock were given back for BUSY_RETRY_S
+    without an attempt counted, and a backfill run just after (`grandbo backfill`, the chaos test's) made only the
+    failed and leased jobs claimable: it ended with those entries still pending."""
+    payload = {"title": "checkout-api pool exhausted", "body": "b", "kind": "fact", "source": "admin",
+               "occurred_at": utcnow().isoformat()}  # fmt: skip
+    store.ensure_org("acme")
+    store.append("acme", [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
+    jobs = store.claim_jobs(10, 5)
+    busy = app_conn(url, "acme")  # the import's transaction, holding acme's writer lock
+    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
+    try:
+        vector = np.ones(grandbo.space.dimension, dtype=np.float32)
+        assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in jobs]) == 0
+    finally:
+        busy.rollback()
+        busy.close()
+    report = grandbo.backfill()
+    stats = grandbo.org("acme").stats()
+    assert (report.embedded, report.errors, stats.readable, stats.pending) == (1, [], 1, 0)
+
+
 def test_a_retired_entrys_stray_vector_never_answers(grandbo, url):
     memory = grandbo.org("acme", create=True)
     kept = memory.remember({"title": "redis eviction storm on the session cache", "body": "keys evicted"})

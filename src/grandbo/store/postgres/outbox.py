@@ -403,7 +403,8 @@ class OutboxMixin(PostgresConnection):
         return self._update_each_org(
             org_id,
             "UPDATE embed_outbox SET attempts = 0, available_at = now(), claimed_until = NULL, claimed_by = NULL "
-            "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> %s",
+            "WHERE org_id = %s AND (attempts > 0 OR claimed_until IS NOT NULL OR available_at > now()) "
+            "AND attempts <> %s",
             UNEMBEDDABLE,
         )
 

@@ -243,9 +243,9 @@ class Outbox(Connection):
     def retry_failed(self, org_id: str | None = None) -> int:
         with self._write(org_id) as db:
             cursor = db.execute(
-                "UPDATE embed_outbox SET attempts = 0, available_at = ?, claimed_until = NULL, claimed_by = NULL "
-                "WHERE (attempts > 0 OR claimed_until IS NOT NULL) AND attempts <> ?"
-                + (" AND org_id = ?" if org_id else ""),
+                "UPDATE embed_outbox SET attempts = 0, available_at = ?1, claimed_until = NULL, claimed_by = NULL "
+                "WHERE (attempts > 0 OR claimed_until IS NOT NULL OR available_at > ?1) AND attempts <> ?2"
+                + (" AND org_id = ?3" if org_id else ""),
                 (utcnow().isoformat(), UNEMBEDDABLE, *((org_id,) if org_id else ())),
             )
             return cursor.rowcount
