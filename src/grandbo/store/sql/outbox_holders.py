@@ -16,10 +16,6 @@ DESCRIPTION = "an embed job's lease records the worker holding it, so that one p
 COLUMN = "ALTER TABLE embed_outbox ADD COLUMN claimed_by text"
 INDEX = "CREATE INDEX embed_outbox_leased ON embed_outbox (org_id, claimed_by) WHERE claimed_until IS NOT NULL"
 
-LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 WHEN {p} THEN 1 WHEN {p} THEN 2 ELSE 0 END"
-"""A job's leases lost (or batches timed out) in a row, as a claim reads it (`queue.Candidate.lost`; parameters:
-`LOSS_MARKS`): 0, 1 or 2 (two or more)."""
-
 LOST_BEFORE = (
     "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
     "counted as a failed attempt, and embedded alone next"
@@ -27,5 +23,13 @@ LOST_BEFORE = (
 """`ports.LOST` as the releases before migration 31 wrote it (a job then embedded alone at once): a job an upgrade
 finds marked so is still embedded alone (review 25: read as fresh, it was dealt in with other orgs' jobs)."""
 
-LOSS_MARKS = (LOST, LOST_AGAIN, LOST_BEFORE, TIMED_OUT, TIMED_OUT_AGAIN)
-"""The parameters of `LOSSES`, in its order: a batch timed out is dealt as a lease lost (`embed_jobs.TIMED_OUT`)."""
+_LOSSES_MARKED = ((LOST, 1), (LOST_AGAIN, 2), (LOST_BEFORE, 2), (TIMED_OUT, 1), (TIMED_OUT_AGAIN, 2))
+"""Each mark a job's `last_error` can hold and the losses in a row it stands for: a batch timed out is dealt as a lease
+lost (`embed_jobs.TIMED_OUT`)."""
+
+LOSS_MARKS = tuple(mark for mark, _ in _LOSSES_MARKED)
+"""The parameters of `LOSSES`, in its order."""
+
+LOSSES = "CASE last_error " + " ".join(f"WHEN {{p}} THEN {n}" for _, n in _LOSSES_MARKED) + " ELSE 0 END"
+"""A job's leases lost (or batches timed out) in a row, as a claim reads it (`queue.Candidate.lost`; parameters:
+`LOSS_MARKS`, `p` the driver's placeholder): 0, 1 or 2 (two or more)."""
