@@ -101,13 +101,18 @@ def post_embeddings(
 
 
 def same_model(asked: str, answered: object) -> bool:
-    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix
-    (`openai/text-embedding-3-small`, as a router names it) or a version suffix of digits (OpenAI answers
-    `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name is another model,
-    whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for `voyage-3`)."""
+    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix on
+    one side (`openai/text-embedding-3-small`, as a router names it, asked or answered) or a version suffix of digits
+    (OpenAI answers `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name
+    is another model, whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for
+    `voyage-3`). Two vendor prefixes are compared whole."""
     if not isinstance(answered, str):
         return False
-    name = answered.rsplit("/", 1)[-1] if "/" not in asked else answered
+    name = answered
+    if "/" not in answered:  # a router asked for `vendor/model` may answer with the model's own name
+        asked = asked.rsplit("/", 1)[-1]
+    elif "/" not in asked:
+        name = answered.rsplit("/", 1)[-1]
     if name == asked or name == f"{asked}:latest":
         return True
     suffix = name.removeprefix(f"{asked}-")
