@@ -119,15 +119,15 @@ class EmbedWorker:
 
     def run_once(self, org_id: str | None = None) -> DrainReport:
         """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider, one until a batch is timed:
-        `_claim_batches`) and process them; an empty report means nothing was ready.
+        `_claim_batches`) and process them; an empty report means nothing was ready (or the provider asked to wait).
 
-        Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
-        batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
-        outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
-        so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
-        fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`) are embedded last, in a batch of
-        their own. Before it claims, the leases of workers proved gone are ended (`take_over`). Nothing is claimed
-        while the provider's last Retry-After runs (its rate limit is every org's)."""
+        Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch (else than
+        for one of its texts: those are found by halves, `_apart`), that batch counts an attempt and waits for its
+        retry time; the batches not tried yet go back to the outbox untouched, as they do once the claim has held
+        GRANDBO_EMBED_CLAIM_SECONDS (or half the lease, so that no other worker claims jobs this one is still working
+        on) or when writing a batch's vectors fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`)
+        are embedded last, in a batch of their own. Before it claims, the leases of workers proved gone are ended
+        (`take_over`). Nothing is claimed while the provider's last Retry-After runs (its rate limit is every org's)."""
         report = DrainReport()
         if time.monotonic() < self._quiet_until:
             return report
@@ -157,7 +157,7 @@ class EmbedWorker:
                 began = time.monotonic()
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
-                except Exception as caught:  # any failure leaves the jobs for a later attempt
+                except Exception as caught:  # the jobs at fault, or all, left for a later attempt
                     # (Its halves within half the lease, not the budget: a batch that spent it, Bedrock's 64 calls,
                     # failed whole, another org's entries with the text at fault to the end of their attempts.)
                     if self._apart(batch, caught, report, claimed_at + lease / 2):
