@@ -147,15 +147,15 @@ def _in_order(provider: str, data: Any, count: int) -> list[list[float]]:
     return [by_index[index] for index in range(count)]
 
 
+_FLOAT_MAX = int(sys.float_info.max)  # the largest integer a float holds, as JSON may write one
+
+
 def _finite(number: Any) -> bool:
     """A JSON number a float holds: an integer of 400 digits is one for `json`, and `math.isfinite` of it raised
     OverflowError, which failed every recall (HTTP 500) instead of skipping the vector arm (probe 31)."""
     if type(number) is int:
         return abs(number) <= _FLOAT_MAX
     return type(number) is float and math.isfinite(number)
-
-
-_FLOAT_MAX = int(sys.float_info.max)
 
 
 def _index(item: Any) -> Any:
