@@ -60,3 +60,13 @@ def test_the_worker_files_no_vector_of_another_model(tmp_path, fake, database_ur
         stats, state = memory.stats(), memory.embedding(entry.id)
     assert (stats.readable, stats.pending) == (0, 1)
     assert "'other-embed', not 'fake-embed' as asked" in state.last_error
+
+
+@pytest.mark.parametrize("answered", ["fake-embed", "fake-embed-v2"])
+def test_a_router_asked_for_a_vendors_model_may_answer_with_the_models_own_name(tmp_path, fake, answered):
+    # Refused before when the prefix was on the side asked (a router such as LiteLLM's proxy is asked for
+    # `vendor/model` and answers the name the vendor answered it): every vector of a working setup was refused.
+    fake.behaviour.answer_model = answered
+    settings = Settings(home=tmp_path, openai_base_url=fake.url, openai_model="vendor/fake-embed", openai_dimension=8)
+    (vector,) = embed_checked(get_provider("openai", settings), ["disk full on node b"])
+    assert vector is not None and vector.shape == (8,)

@@ -57,3 +57,18 @@ def test_a_retry_after_past_a_day_waits_a_day(tmp_path, fake, database_url):
 @pytest.mark.parametrize("header", [None, "soon", "-5"])
 def test_without_a_usable_retry_after_the_retry_delay_stands(tmp_path, fake, database_url, header):
     assert _next_try_after(tmp_path, fake, database_url, 429, header) <= 5  # GRANDBO_EMBED_RETRY_SECONDS: 1
+
+
+def test_no_other_batch_is_sent_before_the_retry_after_is_over(tmp_path, fake, database_url):
+    # Failed before: only the refused batch's jobs waited; each later claim sent the next batch to the provider that
+    # had asked for two minutes (a backlog: a request a poll, every job of it counting an attempt).
+    fake.behaviour.status, fake.behaviour.retry_after = 429, "120"
+    settings = _hosted(tmp_path, fake.url, database_url=database_url)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        first, other = grandbo.org("acme", create=True), grandbo.org("globex", create=True)
+        first.remember({"title": "disk full on node b"})  # embedded after its commit: refused, Retry-After 120
+        entry = other.remember({"title": "certificate expired on the edge"})
+        report = grandbo.worker().run_once()
+        state = other.embedding(entry.id)
+    assert len(fake.behaviour.requests) == 1
+    assert (report.claimed, state.state, state.attempts) == (0, "pending", 0)

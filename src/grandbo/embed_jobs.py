@@ -24,9 +24,10 @@ class EmbedJob:
     content_hash: str
     text: str
     attempts: int
-    # Its last attempt lost its worker (`LOST`, `LOST_AGAIN`): one of the claim's lost jobs, which the worker embeds
-    # in a batch of their own after the claim's other batches (the store deals a batch of jobs lost once, or one lost
-    # again alone), so that a text that ends every worker that takes it takes no fresh job, nor org, with it.
+    # Its last attempt lost its worker (`LOST`, `LOST_AGAIN`) or ran out of time (`TIMED_OUT`, `TIMED_OUT_AGAIN`): one
+    # of the claim's lost jobs, which the worker embeds in a batch of their own after the claim's other batches (the
+    # store deals a batch of jobs lost once, or one lost again alone), so that a text that ends every worker that takes
+    # it, or makes the provider slow, takes no fresh job, nor org, with it.
     lost: bool = False
 
 

@@ -82,6 +82,7 @@ class EmbedWorker:
         self._maintenance: threading.Thread | None = None
         self._maintenance_stop = threading.Event()
         self._look_at = 0.0  # when `take_over` looks again (monotonic seconds)
+        self._quiet_until = 0.0  # no claim before (monotonic seconds): the provider's Retry-After (`_retry_later`)
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
@@ -118,15 +119,18 @@ class EmbedWorker:
 
     def run_once(self, org_id: str | None = None) -> DrainReport:
         """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider, one until a batch is timed:
-        `_claim_batches`) and process them; an empty report means nothing was ready.
+        `_claim_batches`) and process them; an empty report means nothing was ready (or the provider asked to wait).
 
-        Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch, that
-        batch counts an attempt and waits for its retry time; the batches not tried yet go back to the
-        outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
-        so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
-        fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`) are embedded last, in a batch of
-        their own. Before it claims, the leases of workers proved gone are ended (`take_over`)."""
+        Each batch's vectors are written as soon as it is embedded. When the provider fails on a batch (else than
+        for one of its texts: those are found by halves, `_apart`), that batch counts an attempt and waits for its
+        retry time; the batches not tried yet go back to the outbox untouched, as they do once the claim has held
+        GRANDBO_EMBED_CLAIM_SECONDS (or half the lease, so that no other worker claims jobs this one is still working
+        on) or when writing a batch's vectors fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`)
+        are embedded last, in a batch of their own. Before it claims, the leases of workers proved gone are ended
+        (`take_over`). Nothing is claimed while the provider's last Retry-After runs (its rate limit is every org's)."""
         report = DrainReport()
+        if time.monotonic() < self._quiet_until:
+            return report
         settings = self.settings
         size, lease = settings.embed_batch_size, self._lease()
         self.take_over()
@@ -153,7 +157,7 @@ class EmbedWorker:
                 began = time.monotonic()
                 try:
                     vectors = embed_checked(self.provider, [job.text for job in batch])
-                except Exception as caught:  # any failure leaves the jobs for a later attempt
+                except Exception as caught:  # the jobs at fault, or all, left for a later attempt
                     # (Its halves within half the lease, not the budget: a batch that spent it, Bedrock's 64 calls,
                     # failed whole, another org's entries with the text at fault to the end of their attempts.)
                     if self._apart(batch, caught, report, claimed_at + lease / 2):
@@ -251,6 +255,8 @@ class EmbedWorker:
         delay = retry_delay(attempt, self.settings.embed_retry_seconds, most=EMBED_MOST_SECONDS)
         if isinstance(wait := error.detail.get("retry_after_s"), float):  # the provider's Retry-After, at least
             delay = max(delay, wait)
+            # and no other batch before it is over: each claim sent the next one, each job counting an attempt
+            self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
         retry_at = utcnow() + timedelta(seconds=delay)
         if isinstance(error, ProviderUnavailableError) and error.detail.get("timed_out"):
             # Dealt next as jobs that lost their worker (a batch of their own), alone once timed out twice in a row

@@ -101,13 +101,18 @@ def post_embeddings(
 
 
 def same_model(asked: str, answered: object) -> bool:
-    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix
-    (`openai/text-embedding-3-small`, as a router names it) or a version suffix of digits (OpenAI answers
-    `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name is another model,
-    whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for `voyage-3`)."""
+    """Whether an answer's `model` names the model asked for: the same name, or the same with a vendor's prefix on
+    one side (`openai/text-embedding-3-small`, as a router names it, asked or answered) or a version suffix of digits
+    (OpenAI answers `text-embedding-ada-002-v2` for `text-embedding-ada-002`; a dated `-2024-05-13`); any other name
+    is another model, whose vectors would share the store's space by their dimension alone (`voyage-3-lite` for
+    `voyage-3`). Two vendor prefixes are compared whole."""
     if not isinstance(answered, str):
         return False
-    name = answered.rsplit("/", 1)[-1] if "/" not in asked else answered
+    name = answered
+    if "/" not in answered:  # a router asked for `vendor/model` may answer with the model's own name
+        asked = asked.rsplit("/", 1)[-1]
+    elif "/" not in asked:
+        name = answered.rsplit("/", 1)[-1]
     if name == asked or name == f"{asked}:latest":
         return True
     suffix = name.removeprefix(f"{asked}-")
@@ -142,15 +147,15 @@ def _in_order(provider: str, data: Any, count: int) -> list[list[float]]:
     return [by_index[index] for index in range(count)]
 
 
+_FLOAT_MAX = int(sys.float_info.max)  # the largest integer a float holds, as JSON may write one
+
+
 def _finite(number: Any) -> bool:
     """A JSON number a float holds: an integer of 400 digits is one for `json`, and `math.isfinite` of it raised
     OverflowError, which failed every recall (HTTP 500) instead of skipping the vector arm (probe 31)."""
     if type(number) is int:
         return abs(number) <= _FLOAT_MAX
     return type(number) is float and math.isfinite(number)
-
-
-_FLOAT_MAX = int(sys.float_info.max)
 
 
 def _index(item: Any) -> Any:

@@ -179,9 +179,7 @@ class Lifecycle(Protocol):
         ...
 
     def close(self) -> None: ...
-    def schema_versions(self) -> list[int]:
-        """Applied migration numbers, ascending."""
-        ...
+    def schema_versions(self) -> list[int]: ...  # applied migration numbers, ascending
 
 
 class Organizations(Protocol):

@@ -43,7 +43,9 @@ class Candidate:
     job_id: int
     attempts: int = 0
     lapsed: bool = False  # leased, and the lease ran out: its worker is gone
-    lost: int = 0  # its last attempts lost their worker, counted already: 1 (`ports.LOST`), 2 or more (`LOST_AGAIN`)
+    # its last attempts lost their worker or timed out (`outbox_holders.LOSS_MARKS`), counted already: 1 (`ports.LOST`,
+    # `embed_jobs.TIMED_OUT`), 2 or more (`LOST_AGAIN`, `TIMED_OUT_AGAIN`)
+    lost: int = 0
 
 
 Fetch = Callable[[Mapping[str, tuple[int, tuple[Any, ...] | None]]], Mapping[str, Sequence[Candidate]]]

@@ -65,7 +65,7 @@ KEPT_ALERTS = 10_000
 # on these cores; probe 29) to a background thread.
 KEEP_ALERTS_EVERY = 60.0
 # Alerts of an org a process without background threads reads whole in a triage, at most (`_recent_alerts`).
-INLINE_ALERTS = 1_000
+KEPT_INLINE_ALERTS = 1_000
 
 
 def _within(future: Future[T], seconds: float) -> T | None:
@@ -288,7 +288,7 @@ class Triage:
         read from the store for this alert (`_stored_alerts`: the same plan). Kept none, the whole read is left to a
         background thread (KEEP_ALERTS_EVERY): a process's first triage of the org read them all, up to KEPT_ALERTS,
         as every triage did once its alerts were let go for other orgs' (probe 29). A process without one (no
-        `fills` pool) reads them whole in the triage, as often, when the org holds at most INLINE_ALERTS."""
+        `fills` pool) reads them whole in the triage, as often, when the org holds at most KEPT_INLINE_ALERTS."""
         # A `now` after the present (a caller's, never the API's) reads the kept alerts: the store path reads by write
         # time, and such a triage's window may begin after the alerts it counts were written.
         if self._keeps(ALERTS, evidence.seen) or now > utcnow():
@@ -306,7 +306,7 @@ class Triage:
             # read whole here, and every later triage counts from what is kept (left to the store, each read its
             # alerts: 9.2 against 3.2 ms CPU at 250); a larger one's whole read would cost one triage more than the
             # store's (800 against 107 ms at 5,000 long alerts), told by a count on the store's index.
-            elif self._memory.alerts.count_at_most(INLINE_ALERTS + 1) <= INLINE_ALERTS:
+            elif self._memory.alerts.count_at_most(KEPT_INLINE_ALERTS + 1) <= KEPT_INLINE_ALERTS:
                 seen = self._kept(ALERTS, evidence.seen, KEPT_ALERTS, evidence.SEEN_KEYS)
                 if seen is not None:
                     return seen
