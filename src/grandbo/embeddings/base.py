@@ -134,10 +134,13 @@ ACCOUNT_REFUSED = frozenset({401, 402, 403, 404})  # a provider's statuses that 
 def texts_fault(error: BaseException) -> bool:
     """Whether a batch that failed with `error` may have failed for one of its texts (HTTP 400 for a text too long or
     caught by a content filter; an answer unusable in one place), so that its texts asked apart may fare otherwise:
-    any Exception but an outage (ProviderUnavailableError) or an account refused (HTTP 401-404)."""
+    any Exception but an outage (ProviderUnavailableError) or an account refused (HTTP 401-404; or so said by its
+    provider's error code, `refused` in the detail: Bedrock's ValidationException about the model)."""
     if not isinstance(error, Exception) or isinstance(error, ProviderUnavailableError):
         return False
-    return not (isinstance(error, GrandboError) and error.detail.get("status") in ACCOUNT_REFUSED)
+    if not isinstance(error, GrandboError):
+        return True
+    return not (error.detail.get("status") in ACCOUNT_REFUSED or error.detail.get("refused") == "account")
 
 
 def _unusable(provider: Provider, problem: str) -> None:
