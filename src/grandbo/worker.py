@@ -137,7 +137,8 @@ class EmbedWorker:
         # their own, after the rest: were a text of theirs what ends the worker, it takes no fresh job with it, and
         # the others are filed first.
         fresh, lost = [job for job in jobs if not job.lost], [job for job in jobs if job.lost]
-        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)] + ([lost] if lost else [])
+        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)]
+        batches += [[job] for job in lost] if any(job.alone for job in lost) else [lost] if lost else []
         jobs = [job for batch in batches for job in batch]
         report.claimed = len(jobs)
         done = 0
@@ -146,8 +147,9 @@ class EmbedWorker:
         budget = min(lease / 2, settings.embed_claim_seconds)
         try:
             for batch in batches:
-                # (The lost batch is tried past the budget too: one batch, or a backlog would give it back forever.)
-                if done and time.monotonic() - claimed_at >= budget and not batch[0].lost:
+                # (The first lost batch is tried past the budget too, or a backlog would give it back forever.)
+                first_lost = batch[0].lost and (done == 0 or not jobs[done - 1].lost)
+                if done and time.monotonic() - claimed_at >= budget and not first_lost:
                     break
                 done += len(batch)
                 began = time.monotonic()

@@ -16,9 +16,9 @@ DESCRIPTION = "an embed job's lease records the worker holding it, so that one p
 COLUMN = "ALTER TABLE embed_outbox ADD COLUMN claimed_by text"
 INDEX = "CREATE INDEX embed_outbox_leased ON embed_outbox (org_id, claimed_by) WHERE claimed_until IS NOT NULL"
 
-LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 WHEN {p} THEN 1 WHEN {p} THEN 2 ELSE 0 END"
+LOSSES = "CASE last_error WHEN {p} THEN 1 WHEN {p} THEN 2 WHEN {p} THEN 2 WHEN {p} THEN 1 WHEN {p} THEN 3 ELSE 0 END"
 """A job's leases lost (or batches timed out) in a row, as a claim reads it (`queue.Candidate.lost`; parameters:
-`LOSS_MARKS`): 0, 1 or 2 (two or more)."""
+`LOSS_MARKS`): 0, 1 or 2 (two or more); 3 for batches timed out twice (`queue.TIMED_OUT_TWICE`)."""
 
 LOST_BEFORE = (
     "its worker's lease ran out while it held it (the worker was killed, crashed, or stuck past its lease); "
