@@ -63,6 +63,19 @@ class Provider(Protocol):
         ...
 
 
+def capped_batch(provider: Provider, size: int) -> int:
+    """`size` texts a provider call (GRANDBO_EMBED_BATCH_SIZE), at most the provider's documented limit of a request
+    (`max_batch`, where it has one: Voyage's 1,000): a batch past it is refused whole (HTTP 400) and was asked again in
+    halves on every call. Logged once, when capped, with the remedy."""
+    most = getattr(provider, "max_batch", None)
+    if not isinstance(most, int) or size <= most:
+        return size
+    log.warning("embedding.batch_capped", provider=provider.name, batch_size=size, max_batch=most,
+                remedy=f"the provider takes at most {most} texts a request: set GRANDBO_EMBED_BATCH_SIZE to {most} or "
+                "less (each batch is sent in parts of that size meanwhile)")  # fmt: skip
+    return most
+
+
 def space_of(provider: Provider) -> EmbeddingSpace:
     return EmbeddingSpace(provider=provider.name, model=provider.model, dimension=provider.dimension)
 
