@@ -127,7 +127,8 @@ class EmbedWorker:
         outbox untouched, as they do once the claim has held GRANDBO_EMBED_CLAIM_SECONDS (or half the lease,
         so that no other worker claims jobs this one is still working on) or when writing a batch's vectors
         fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`) are embedded last, in a batch of
-        their own. Before it claims, the leases of workers proved gone are ended (`take_over`)."""
+        their own (each alone: `EmbedJob.alone`). Before it claims, the leases of workers proved gone are ended
+        (`take_over`)."""
         report = DrainReport()
         settings = self.settings
         size, lease = self.batch_size, self._lease()
