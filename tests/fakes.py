@@ -56,6 +56,10 @@ class Behaviour:
     chat_answers: list[str] = field(default_factory=list)  # answers of the chat APIs, in order
     raw_chat: bytes | None = None  # a chat API answers with these bytes instead (a body that is not JSON)
     retry_after: str | None = None  # sent as every answer's Retry-After header
+    # a Bedrock call answered with `status` comes with this error code (x-amzn-ErrorType) and message, as AWS sends them
+    aws_error: str | None = None
+    aws_message: str = "fake failure"
+    max_inputs: int | None = None  # an embeddings request of more texts gets 400, as Voyage's past its documented limit
     answer_model: str | None = None  # the `model` an embeddings answer names; None: the one asked for
     raw_embeddings: bytes | None = None  # the embeddings APIs (OpenAI's, Bedrock's) answer with these bytes instead
     requests: list[dict[str, Any]] = field(default_factory=list)
@@ -150,6 +154,10 @@ class FakeEmbeddings:
                     behaviour.hold.wait(behaviour.hold_s)
                 if behaviour.delay_s:
                     time.sleep(behaviour.delay_s)
+                if behaviour.status != 200 and behaviour.aws_error and self.path.startswith("/model/"):
+                    self._send(behaviour.status, {"message": behaviour.aws_message},
+                               {"x-amzn-ErrorType": f"{behaviour.aws_error}:http://internal.amazon.com/coral/"})  # fmt: skip
+                    return
                 if behaviour.status != 200:
                     self._send(behaviour.status, {"error": {"message": "fake failure"}})
                     return
@@ -199,6 +207,9 @@ class FakeEmbeddings:
                     return
                 if behaviour.on_embed is not None:
                     behaviour.on_embed(texts)
+                if behaviour.max_inputs is not None and len(texts) > behaviour.max_inputs:
+                    self._send(400, {"detail": f"The batch size limit is {behaviour.max_inputs}."})
+                    return
                 if any(marker in text for marker in behaviour.reject_for for text in texts):
                     self._send(behaviour.reject_status, {"error": {"message": "fake rejection: input too long"}})
                     return
@@ -242,7 +253,7 @@ class FakeEmbeddings:
                 self._record["answered"] = True  # before the bytes a client may act on at once (`_send`)
                 self.wfile.write(raw)
 
-            def _send(self, status: int, payload: dict[str, Any]) -> None:
+            def _send(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
                 raw = json.dumps(payload).encode()
                 if behaviour.gzip:
                     self._send_gzip(status, raw)
@@ -253,6 +264,8 @@ class FakeEmbeddings:
                 self.send_response(status)
                 if behaviour.retry_after is not None:
                     self.send_header("Retry-After", behaviour.retry_after)
+                for name, value in (headers or {}).items():
+                    self.send_header(name, value)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(behaviour.pad + len(raw)))
                 self.end_headers()

@@ -45,3 +45,21 @@ def test_another_orgs_text_that_makes_the_provider_slow_never_fails_this_orgs_en
     assert (victim.readable, victim.failed, victim.pending) == (2, 0, 0)
     assert (evil.readable, evil.failed) == (0, 1)  # the slow text counts its own attempts
     assert (state.state, state.last_error) == ("failed", TIMED_OUT_AGAIN)
+
+
+def test_a_backlog_of_jobs_timed_out_twice_is_embedded_several_a_claim_each_alone(tmp_path, fake, database_url, raw):
+    """Jobs whose batch timed out twice in a row (`TIMED_OUT_AGAIN`) were leased one a claim: a provider slow for a
+    while left a backlog drained a job a claim. A claim takes several, each asked alone, within its budget."""
+    settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=8, embed_claim_seconds=100)
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        titles = [f"disk full on node {n}" for n in range(4)]
+        memory = grandbo.org("acme", create=True)
+        grandbo._store.append("acme", [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
+                                       for title in titles])  # fmt: skip
+        raw("UPDATE embed_outbox SET attempts = 2, last_error = %s", (TIMED_OUT_AGAIN,), org="acme")
+        asked = len(fake.behaviour.requests)
+        report = grandbo.worker().run_once()
+    assert (report.claimed, report.embedded) == (4, 4)  # before: (1, 1)
+    assert [request["body"]["input"] for request in fake.behaviour.requests[asked:]] == [
+        [title] for title in titles
+    ]  # each alone

@@ -18,12 +18,57 @@ import io
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from grandbo.errors import ConfigError
-from grandbo.http import client, send_bounded
+from grandbo.http import client, retry_after, send_bounded
+
+# Bedrock runtime's error codes (InvokeModel's and Converse's as AWS documents them, and the common ones of every AWS
+# API) by what they say: the service busy or failing for now (retry later), or the account, its credentials or the
+# model refused (every request would be: no text of a batch is at fault). Any other (a ValidationException about the
+# input, ModelErrorException) is the request's: maybe one text's.
+RETRY_LATER = frozenset({"ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException",
+                         "InternalServerException", "InternalFailure", "ServiceQuotaExceededException",
+                         "ModelTimeoutException"})  # fmt: skip
+ACCOUNT_REFUSED = frozenset({"AccessDeniedException", "ResourceNotFoundException", "UnrecognizedClientException",
+                             "ExpiredTokenException", "InvalidSignatureException", "IncompleteSignature",
+                             "MissingAuthenticationTokenException", "InvalidClientTokenId", "NotAuthorized",
+                             "AccessDenied"})  # fmt: skip
+# A ValidationException is the input's (a text too long for the model) unless it names the model or the account: "The
+# provided model identifier is invalid", "Invocation of model ID ... with on-demand throughput isn't supported", "Your
+# account is not authorized to invoke this API operation".
+_ABOUT_THE_MODEL = ("model identifier", "model id", "on-demand throughput", "inference profile", "not authorized",
+                    "your account")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """What a Bedrock error answer says (`refusal`): its code and HTTP status, whether to retry later (`wait`: the
+    seconds its Retry-After asks, if any), whether the account or model is refused, whether the model ran out of
+    time."""
+
+    code: str
+    status: int | None
+    retry: bool
+    account: bool
+    wait: float | None
+    timed_out: bool
+
+
+def refusal(error: Any, most: float) -> Refusal:
+    """A botocore ClientError read (`Refusal`); a Retry-After of at most `most` seconds."""
+    response = getattr(error, "response", None) or {}
+    code, message = str(response.get("Error", {}).get("Code", "")), str(response.get("Error", {}).get("Message", ""))
+    meta = response.get("ResponseMetadata", {})
+    status = meta.get("HTTPStatusCode") if isinstance(meta.get("HTTPStatusCode"), int) else None
+    retry = code in RETRY_LATER or status in (429, 500, 502, 503, 504)
+    account = not retry and (code in ACCOUNT_REFUSED or status in (401, 403, 404) or (
+        code == "ValidationException" and any(words in message.lower() for words in _ABOUT_THE_MODEL)))  # fmt: skip
+    wait = retry_after(httpx.Headers(meta.get("HTTPHeaders") or {}), most) if retry else None
+    return Refusal(code, status, retry, account, wait, code == "ModelTimeoutException")
 
 
 class Runtime:

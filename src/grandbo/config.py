@@ -117,7 +117,8 @@ class Settings(ServingSettings):
     )
 
     # Embedding work.
-    embed_batch_size: int = Field(default=64, ge=1, le=2048, description="Texts per embedding call.")
+    embed_batch_size: int = Field(default=64, ge=1, le=2048,
+        description="Texts per embedding call (at most the provider's limit of a call: Voyage's 1,000).")  # fmt: skip
     embed_max_attempts: int = Field(default=5, ge=1, le=1000,
         description="Attempts before an embed job counts as failed (a worker that ended while it held the job, its "
         "lease run out, counts one).")  # fmt: skip

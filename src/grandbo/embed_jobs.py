@@ -29,6 +29,9 @@ class EmbedJob:
     # store deals a batch of jobs lost once, or one lost again alone), so that a text that ends every worker that takes
     # it, or makes the provider slow, takes no fresh job, nor org, with it.
     lost: bool = False
+    # Of the lost jobs, one embedded alone in a provider call of its own: lost again (one a claim), or whose batches
+    # timed out twice in a row (`TIMED_OUT_AGAIN`: several a claim, each alone, within the claim's budget).
+    alone: bool = False
 
 
 UNEMBEDDABLE = 2_000_000
@@ -72,8 +75,10 @@ TIMED_OUT_AGAIN = (
     "attempt, and embedded alone next"
 )
 """An embed job's `last_error` once its batch of jobs that timed out (`TIMED_OUT`) timed out again: it may hold the
-text that makes the provider slow. Dealt as `LOST_AGAIN`, one a claim and alone: the text at fault waits and fails
-by itself, and its batch-mates (another org's entries) are embedded at their third attempt (probe 31)."""
+text that makes the provider slow. Embedded alone, as `LOST_AGAIN` is: the text at fault waits and fails by itself,
+and its batch-mates (another org's entries) are embedded at their third attempt (probe 31). Several a claim, though,
+each in a provider call of its own while the claim's budget lasts (`store.queue.TIMED_OUT_TWICE`): a timeout ends no
+worker, and a backlog of them (a provider slow for a while) drained one job a claim."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,14 +13,15 @@ breakpoint sits between them: Anthropic gets `cache_control` on the system block
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 import httpx
 
-from grandbo.bedrock import runtime_client
+from grandbo.bedrock import refusal, runtime_client
 from grandbo.config import Settings
 from grandbo.errors import ConfigError, ProviderUnavailableError
-from grandbo.http import client, post_bounded
+from grandbo.http import client, retry_after, send_bounded
 
 if TYPE_CHECKING:
     from grandbo.redaction import Redactor
@@ -29,6 +30,8 @@ ANTHROPIC_URL = "https://api.anthropic.com"
 OPENAI_DEFAULT_MODEL = "gpt-4o-mini"
 ANTHROPIC_VERSION = "2023-06-01"
 ANSWER_BYTES = 4 * 1024 * 1024  # an answer of GRANDBO_LLM_MAX_TOKENS (at most 8,192) tokens in JSON, many times over
+MOST_WAIT_S = 3600.0  # the longest Retry-After an LLM client honours
+_RETRY_LATER = {429, 503}  # the statuses whose Retry-After says when to ask again
 
 
 def json_object(answer: str) -> dict[str, Any]:
@@ -57,31 +60,54 @@ class LLMClient(Protocol):
         ...
 
 
-def _unavailable(name: str, where: str, error: Exception) -> ProviderUnavailableError:
+def _unavailable(name: str, where: str, error: Exception, wait: float | None = None) -> ProviderUnavailableError:
     return ProviderUnavailableError(
         f"The LLM {name} at {where} did not answer usefully ({type(error).__name__}: {str(error)[:200]}); the "
-        "deterministic answer was used instead.",
-        detail={"llm": name, "url": where},
+        "deterministic answer was used instead"
+        + ("." if wait is None else f", and it is not asked again for the {wait:g} s its Retry-After asks."),
+        detail={"llm": name, "url": where, **({} if wait is None else {"retry_after_s": wait})},
     )
 
 
-class _HTTPClient:
+class _Patient:
+    """An LLM client that honours its endpoint's Retry-After (a 429 or 503, a Bedrock throttle): asked nothing until
+    then, every call meanwhile fails at once (its callers use their deterministic answer), as the embed worker waits
+    for a provider's (`embeddings._http`), rather than adding to the load the endpoint asked to shed."""
+
+    name: str
+    _where: str
+    _quiet_until = 0.0  # time.monotonic() before which the endpoint is not asked
+
+    def _wait(self) -> None:
+        left = self._quiet_until - time.monotonic()
+        if left > 0:
+            raise _unavailable(self.name, self._where, ValueError("it asked to be left alone for now"), left)
+
+    def _waited(self, error: Exception, wait: float | None) -> ProviderUnavailableError:
+        if wait:
+            self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
+        return _unavailable(self.name, self._where, error, wait)
+
+
+class _HTTPClient(_Patient):
     """What the two HTTP clients share: one connection pool, a default timeout, errors as one kind."""
 
     def __init__(self, name: str, url: str, headers: dict[str, str], timeout: float) -> None:
         self.name = name
-        self._url = url
+        self._url = self._where = url
         self._timeout = timeout
         self._http = client(timeout, headers)  # one per LLM client; the process keeps one client (`Grandbo.llm`)
 
     def _post(self, payload: dict[str, Any], timeout: float | None) -> Any:
-        # The whole answer within the timeout and at most ANSWER_BYTES (`post_bounded`): a trickling endpoint held
+        # The whole answer within the timeout and at most ANSWER_BYTES (`send_bounded`): a trickling endpoint held
         # a write-behind's thread for as long as it trickled, and its answer was read whole into memory.
+        self._wait()
         try:
-            status, body = post_bounded(self._http, self._url, payload, timeout=timeout or self._timeout,
-                                        limit=ANSWER_BYTES)  # fmt: skip
+            status, headers, body = send_bounded(self._http, "POST", self._url, timeout=timeout or self._timeout,
+                                                 limit=ANSWER_BYTES, json=payload)  # fmt: skip
             if not 200 <= status < 300:
-                raise ValueError(f"it answered HTTP {status}")
+                wait = retry_after(headers, MOST_WAIT_S) if status in _RETRY_LATER else None
+                raise self._waited(ValueError(f"it answered HTTP {status}"), wait)
             return json.loads(body)
         except (httpx.HTTPError, ValueError, RecursionError) as error:  # RecursionError: nested past the parser
             raise _unavailable(self.name, self._url, error) from error
@@ -136,7 +162,7 @@ class AnthropicClient(_HTTPClient):
         )
 
 
-class BedrockConverseClient:
+class BedrockConverseClient(_Patient):
     """Amazon Bedrock Converse through boto3 (the `bedrock` extra); a cache point follows the system block."""
 
     def __init__(self, model: str, region: str | None, endpoint_url: str | None, timeout: float,
@@ -156,6 +182,7 @@ class BedrockConverseClient:
         # The whole call within `timeout` (else the client's) and its answer within ANSWER_BYTES (`grandbo.bedrock`)
         from botocore.exceptions import BotoCoreError, ClientError
 
+        self._wait()
         try:
             with self._runtime.within(timeout):
                 response = self._runtime.client.converse(
@@ -166,7 +193,9 @@ class BedrockConverseClient:
                 )
             blocks = response["output"]["message"]["content"]
             return "".join(str(block["text"]) for block in blocks if "text" in block).strip()
-        except (BotoCoreError, ClientError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError) as error:
+        except ClientError as error:  # a throttle's Retry-After is honoured (`_Patient`)
+            raise self._waited(error, refusal(error, MOST_WAIT_S).wait) from error
+        except (BotoCoreError, httpx.HTTPError, ValueError, KeyError, TypeError, RecursionError) as error:
             raise _unavailable(self.name, self._where, error) from error
 
 

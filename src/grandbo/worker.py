@@ -31,7 +31,8 @@ import structlog
 
 from grandbo.config import Settings
 from grandbo.embed_jobs import TIMED_OUT, TIMED_OUT_AGAIN
-from grandbo.embeddings.base import CANARY, Provider, embed_checked, space_of, texts_fault
+from grandbo.embeddings.apart import Apart
+from grandbo.embeddings.base import CANARY, Provider, capped_batch, embed_checked, space_of
 from grandbo.errors import (
     EmbeddingError,
     GrandboError,
@@ -75,6 +76,7 @@ class EmbedWorker:
         self.provider = provider
         self.settings = settings
         self.space = space_of(provider)
+        self.batch_size = capped_batch(provider, settings.embed_batch_size)
         self._batch_seconds: float | None = None  # a full provider batch's seconds, as measured (`_measured`)
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -114,7 +116,7 @@ class EmbedWorker:
 
     def _measured(self, texts: int, seconds: float) -> None:
         """Fold one provider call into the running estimate of a full batch's seconds."""
-        batch = seconds / max(1, texts) * self.settings.embed_batch_size
+        batch = seconds / max(1, texts) * self.batch_size
         self._batch_seconds = batch if self._batch_seconds is None else 0.7 * self._batch_seconds + 0.3 * batch
 
     def run_once(self, org_id: str | None = None) -> DrainReport:
@@ -126,13 +128,13 @@ class EmbedWorker:
         retry time; the batches not tried yet go back to the outbox untouched, as they do once the claim has held
         GRANDBO_EMBED_CLAIM_SECONDS (or half the lease, so that no other worker claims jobs this one is still working
         on) or when writing a batch's vectors fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`)
-        are embedded last, in a batch of their own. Before it claims, the leases of workers proved gone are ended
+        are embedded last, in a batch of their own (each alone: `EmbedJob.alone`). Before it claims, the leases of workers proved gone are ended
         (`take_over`). Nothing is claimed while the provider's last Retry-After runs (its rate limit is every org's)."""
         report = DrainReport()
         if time.monotonic() < self._quiet_until:
             return report
         settings = self.settings
-        size, lease = settings.embed_batch_size, self._lease()
+        size, lease = self.batch_size, self._lease()
         self.take_over()
         claimed_at = time.monotonic()
         jobs = self.store.claim_jobs(size * self._claim_batches(), settings.embed_max_attempts, org_id, lease,
@@ -141,7 +143,8 @@ class EmbedWorker:
         # their own, after the rest: were a text of theirs what ends the worker, it takes no fresh job with it, and
         # the others are filed first.
         fresh, lost = [job for job in jobs if not job.lost], [job for job in jobs if job.lost]
-        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)] + ([lost] if lost else [])
+        batches = [fresh[first : first + size] for first in range(0, len(fresh), size)]
+        batches += [[job] for job in lost] if any(job.alone for job in lost) else [lost] if lost else []
         jobs = [job for batch in batches for job in batch]
         report.claimed = len(jobs)
         done = 0
@@ -150,8 +153,9 @@ class EmbedWorker:
         budget = min(lease / 2, settings.embed_claim_seconds)
         try:
             for batch in batches:
-                # (The lost batch is tried past the budget too: one batch, or a backlog would give it back forever.)
-                if done and time.monotonic() - claimed_at >= budget and not batch[0].lost:
+                # (The first lost batch is tried past the budget too, or a backlog would give it back forever.)
+                first_lost = batch[0].lost and (done == 0 or not jobs[done - 1].lost)
+                if done and time.monotonic() - claimed_at >= budget and not first_lost:
                     break
                 done += len(batch)
                 began = time.monotonic()
@@ -165,7 +169,11 @@ class EmbedWorker:
                     break
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
                     self._measured(len(batch), time.monotonic() - began)
-                self._complete(batch, vectors, report)
+                try:
+                    self._complete(batch, vectors, report)
+                except Exception:  # the store refused the write: the batch goes back with the rest, not leased on
+                    done -= len(batch)
+                    raise
         finally:
             if done < len(jobs):
                 self.store.release_jobs(jobs[done:])
@@ -189,53 +197,32 @@ class EmbedWorker:
                             holder_pid=json.loads(holder).get("pid"))  # fmt: skip
         return ended
 
-    # A provider refuses a batch for one text in it (HTTP 400: too long for the model, a content filter) or answers
-    # it unusably (one text's vector NaN), and every job of the batch counts the attempt; a claim deals a batch
-    # across orgs, and the text's and the jobs retried with it came back together: one org's text failed another's
-    # entries to the end of their attempts (probe 31). Such a batch is embedded again in halves, down to the text
-    # at fault (`texts_fault`). Not for an outage nor an account refused (401-404): every half would be.
+    def _apart(self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float) -> bool:
+        """After `batch` failed with `caught`: asked again in halves down to the jobs at fault, which count the
+        attempt (`embeddings.apart`, shared with the query batcher), each half written when its answer is usable. The
+        whole batch counts it when the failure is no text's, the claim's time is up (`until`, monotonic: half its
+        lease; checked before each provider call), or the provider refuses every request. Whether the claim goes on;
+        after an outage met, what is left of the batch goes back to the outbox (what was tried counts the attempt), as
+        does every job not settled yet when writing a half's vectors fails."""
 
-    def _apart(
-        self, batch: list[EmbedJob], caught: Exception, report: DrainReport, until: float, *, texts: bool = False
-    ) -> bool:
-        """After `batch` failed with `caught`: its halves embedded apart, each written when its answer is usable, and
-        a half that failed halved again, down to the jobs at fault, which count the attempt. The whole batch counts
-        it when the failure is no text's, the claim's time is up (`until`, monotonic: half its lease), or both halves
-        fail and a text of no tenant's (`CANARY`) fails alone too: the provider refuses every request (an unsupported
-        dimension), 4 calls, not 2n-1. `texts`: that text was embedded since the batch failed. Whether the claim goes
-        on; after an outage met, what is left of the batch goes back to the outbox (what was tried counts the
-        attempt)."""
-        if len(batch) == 1 or not texts_fault(caught) or time.monotonic() >= until:
-            self._retry_later(batch, caught, report)
-            return len(batch) == 1 and texts_fault(caught)
-        halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
-        answers: list[list[npt.NDArray[np.float32] | None] | Exception] = []
-        for half in halves:
+        def ask(jobs: list[EmbedJob]) -> list[npt.NDArray[np.float32] | None] | Exception:
             try:
-                answers.append(embed_checked(self.provider, [job.text for job in half]))
+                return embed_checked(self.provider, [job.text for job in jobs])
             except Exception as error:
-                answers.append(error)
-                if not texts_fault(error):
-                    break
-        tried = list(zip(halves, answers, strict=False))  # (the second is untried after an outage in the first)
-        failed = [(half, answer) for half, answer in tried if isinstance(answer, Exception)]
-        texts = texts or (len(failed) == 2 and self._embeds(CANARY))
-        if len(tried) == 1 or (len(failed) == 2 and not texts):
-            for half, refused in failed:
-                self._retry_later(half, refused, report)
-            if len(tried) == 1:
-                self.store.release_jobs(halves[1])
-                report.claimed -= len(halves[1])
-            return False
-        for half, answer in tried:
-            if not isinstance(answer, Exception):
-                self._complete(half, answer, report)
-        for number, (half, refused) in enumerate(failed):
-            if not self._apart(half, refused, report, until, texts=texts):
-                for other, its in failed[number + 1 :]:
-                    self._retry_later(other, its, report)
-                return False
-        return True
+                return error
+
+        def give_back(jobs: list[EmbedJob], _: BaseException) -> None:
+            self.store.release_jobs(jobs)
+            report.claimed -= len(jobs)
+
+        return Apart(
+            ask,
+            lambda: self._embeds(CANARY),
+            lambda jobs, vectors: self._complete(jobs, vectors, report),
+            lambda jobs, error: self._retry_later(jobs, error, report),
+            until,
+            give_back,
+        ).run(batch, caught)
 
     def _embeds(self, text: str) -> bool:
         """Whether the provider embeds `text` alone (its vector unused)."""
@@ -245,7 +232,7 @@ class EmbedWorker:
             return False
         return True
 
-    def _retry_later(self, jobs: list[EmbedJob], caught: Exception, report: DrainReport) -> None:
+    def _retry_later(self, jobs: list[EmbedJob], caught: BaseException, report: DrainReport) -> None:
         error = (
             caught
             if isinstance(caught, GrandboError)

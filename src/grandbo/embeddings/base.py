@@ -63,6 +63,19 @@ class Provider(Protocol):
         ...
 
 
+def capped_batch(provider: Provider, size: int) -> int:
+    """`size` texts a provider call (GRANDBO_EMBED_BATCH_SIZE), at most the provider's documented limit of a request
+    (`max_batch`, where it has one: Voyage's 1,000): a batch past it is refused whole (HTTP 400) and was asked again in
+    halves on every call. Logged once, when capped, with the remedy."""
+    most = getattr(provider, "max_batch", None)
+    if not isinstance(most, int) or size <= most:
+        return size
+    log.warning("embedding.batch_capped", provider=provider.name, batch_size=size, max_batch=most,
+                remedy=f"the provider takes at most {most} texts a request: set GRANDBO_EMBED_BATCH_SIZE to {most} or "
+                "less (each batch is sent in parts of that size meanwhile)")  # fmt: skip
+    return most
+
+
 def space_of(provider: Provider) -> EmbeddingSpace:
     return EmbeddingSpace(provider=provider.name, model=provider.model, dimension=provider.dimension)
 
@@ -134,10 +147,13 @@ ACCOUNT_REFUSED = frozenset({401, 402, 403, 404})  # a provider's statuses that 
 def texts_fault(error: BaseException) -> bool:
     """Whether a batch that failed with `error` may have failed for one of its texts (HTTP 400 for a text too long or
     caught by a content filter; an answer unusable in one place), so that its texts asked apart may fare otherwise:
-    any Exception but an outage (ProviderUnavailableError) or an account refused (HTTP 401-404)."""
+    any Exception but an outage (ProviderUnavailableError) or an account refused (HTTP 401-404; or so said by its
+    provider's error code, `refused` in the detail: Bedrock's ValidationException about the model)."""
     if not isinstance(error, Exception) or isinstance(error, ProviderUnavailableError):
         return False
-    return not (isinstance(error, GrandboError) and error.detail.get("status") in ACCOUNT_REFUSED)
+    if not isinstance(error, GrandboError):
+        return True
+    return not (error.detail.get("status") in ACCOUNT_REFUSED or error.detail.get("refused") == "account")
 
 
 def _unusable(provider: Provider, problem: str) -> None:

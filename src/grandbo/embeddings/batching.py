@@ -23,7 +23,8 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 
 from grandbo.config import Settings
-from grandbo.embeddings.base import CANARY, Provider, Purpose, Vectors, get_provider, space_of, texts_fault
+from grandbo.embeddings.apart import Apart
+from grandbo.embeddings.base import CANARY, Provider, Purpose, Vectors, get_provider, space_of
 from grandbo.errors import EmbeddingCountError, ProviderMismatchError
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
@@ -42,18 +43,22 @@ class QueryBatcher:
         *,
         lanes: int = 1,
         solo: Provider | None = None,
-        max_batch: int = 32,
+        most_queries: int = 32,
         window_s: float = 0.0,
+        budget_s: float = 30.0,
     ) -> None:
         """`solo`, a session of the same model using every core, answers a query that is alone (one waiting, no
         other lane at work): 12.6 ms instead of 15.4 for one recall measured here, with the lanes' throughput
-        kept under load."""
+        kept under load. `budget_s`: how long a refused batch's halving may go on (`_settle`)."""
         self.inner = provider
         self.solo = solo
         self._busy = 0
         self.name, self.model, self.dimension = provider.name, provider.model, provider.dimension
         self.min_similarity = provider.min_similarity
-        self.max_batch, self.window_s = max_batch, window_s
+        self.window_s, self.budget_s = window_s, budget_s
+        # a wrapper of the provider: its documented limit of a request is the provider's (`base.capped_batch`)
+        self.max_batch: int | None = getattr(provider, "max_batch", None)
+        self.most_queries = min(most_queries, self.max_batch or most_queries)
         self._waiting: queue.SimpleQueue[tuple[str, Future[Sequence[float]]]] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self.lanes = max(1, lanes)
@@ -106,7 +111,7 @@ class QueryBatcher:
                 continue
             batch = [first]
             deadline = time.monotonic() + self.window_s
-            while len(batch) < self.max_batch:
+            while len(batch) < self.most_queries:
                 left = deadline - time.monotonic()
                 try:
                     batch.append(self._waiting.get(timeout=left) if left > 0 else self._waiting.get_nowait())
@@ -130,31 +135,18 @@ class QueryBatcher:
     def _settle(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> None:
         """Each query of `batch` answered: its vector, or the provider's error. A batch holds every org's queries of
         the moment, and a provider refuses a request for one text in it (HTTP 400) or an answer unusable in one place:
-        such a batch is asked again in halves (`texts_fault`), and a half that failed halved again, down to the queries
-        at fault, so that one org's topic costs no other org's recall its vector arm (probe 31). When both halves fail
-        and so does a text of no tenant's alone (`CANARY`), every query gets the batch's error (a refusal of
-        every request: 4 calls, not 2n-1)."""
-        self._apart(model, batch, self._embedded(model, batch))
-
-    def _apart(
-        self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException,
-        texts: bool = False,
-    ) -> None:  # fmt: skip
-        """`answer` for `batch`, or its halves' (`_settle`); `texts`: `CANARY` was embedded since it failed."""
-        if isinstance(answer, BaseException) and len(batch) > 1 and texts_fault(answer):
-            halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
-            answers = [self._embedded(model, half) for half in halves]
-            both = all(isinstance(each, BaseException) for each in answers)
-            if both and not (texts or not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException)):
-                self._answered(batch, answer)  # every request refused
-                return
-            # the halves embedded first: their recalls wait for no call of the other half's, apart (up to 2n-1)
-            for half, each in sorted(
-                zip(halves, answers, strict=True), key=lambda pair: isinstance(pair[1], BaseException)
-            ):
-                self._apart(model, half, each, texts or both)
+        such a batch is asked again in halves down to the queries at fault (`embeddings.apart`, shared with the embed
+        worker), so that one org's topic costs no other org's recall its vector arm (probe 31); within `budget_s` of
+        the batch's first call, the wait a recall asking alone has for its vector (one provider call's timeout): a
+        query not answered by then gets the batch's error, and its recall goes on lexically."""
+        until = time.monotonic() + self.budget_s
+        answer = self._embedded(model, batch)
+        if not isinstance(answer, BaseException):
+            self._answered(batch, answer)
             return
-        self._answered(batch, answer)
+        Apart[tuple[str, Future[Sequence[float]]], Vectors](lambda queries: self._embedded(model, queries),
+              lambda: not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException),
+              self._answered, self._answered, until).run(batch, answer)  # fmt: skip
 
     def _embedded(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> Vectors | BaseException:
         """The provider's vectors for the batch's texts, or its error."""
@@ -206,4 +198,4 @@ def store_provider(space: EmbeddingSpace, settings: Settings, *, batch_queries: 
     solo = None
     if settings.local_threads == 1:  # single-threaded lanes: a lone query gets every core
         solo = get_provider(space.provider, settings.model_copy(update={"local_threads": None}))
-    return QueryBatcher(provider, lanes=os.cpu_count() or 1, solo=solo)
+    return QueryBatcher(provider, lanes=os.cpu_count() or 1, solo=solo, budget_s=settings.http_timeout_seconds)

@@ -7,12 +7,13 @@ from collections.abc import Sequence
 
 import httpx
 
-from grandbo.bedrock import runtime_client
+from grandbo.bedrock import refusal, runtime_client
 from grandbo.config import Settings
 from grandbo.embeddings._http import answer_limit
 from grandbo.embeddings.base import Purpose, register
 from grandbo.errors import ConfigError, EmbeddingError, ProviderUnavailableError
 from grandbo.http import AnswerTooLarge
+from grandbo.pending_work import EMBED_MOST_SECONDS
 
 TITAN_DIMENSIONS = (256, 512, 1024)
 
@@ -53,14 +54,21 @@ class BedrockProvider:
                 )
                 vectors.append(list(json.loads(response["body"].read())["embedding"]))
             except ClientError as error:
-                code = error.response.get("Error", {}).get("Code", "")
-                retryable = code in {"ThrottlingException", "ServiceUnavailableException", "ModelNotReadyException"}
-                kind = ProviderUnavailableError if retryable else EmbeddingError
+                # By its code (`grandbo.bedrock.refusal`): an account or model refused is no text's fault
+                # (`texts_fault`: its batch is not asked again in halves), and a throttle's Retry-After is the least
+                # the jobs wait.
+                said = refusal(error, EMBED_MOST_SECONDS)
+                kind = ProviderUnavailableError if said.retry else EmbeddingError
+                remedy = "Check model access, region and credentials." if said.account else "Check the text and model."
+                wait = "" if said.wait is None else f" after the {said.wait:g} s its Retry-After asks"
                 raise kind(
-                    f"Bedrock refused to embed ({code}): {error}. "
-                    + ("It will be retried." if retryable else "Check model access, region and credentials."),
-                    detail={"provider": self.name, "code": code},
-                ) from error
+                    f"Bedrock refused to embed ({said.code}): {error}. "
+                    + (f"It will be retried{wait}." if said.retry else remedy),
+                    detail={"provider": self.name, "code": said.code, "status": said.status,
+                            **({"refused": "account"} if said.account else {}),
+                            **({} if said.wait is None else {"retry_after_s": said.wait}),
+                            **({"timed_out": True} if said.timed_out else {})},
+                ) from error  # fmt: skip
             except (BotoCoreError, httpx.HTTPError) as error:
                 raise ProviderUnavailableError(
                     f"Bedrock did not answer within {self._timeout:g}s ({type(error).__name__}: {error}); the "

@@ -12,6 +12,7 @@ from grandbo.embeddings.base import Purpose, register
 class OpenAIProvider(HostedProvider):
     name = "openai"
     min_similarity = 0.2
+    max_batch = 2048  # texts a request, as OpenAI documents its embeddings API (`base.capped_batch`)
 
     def __init__(self, settings: Settings) -> None:
         self.model = settings.openai_model

@@ -13,6 +13,7 @@ from grandbo.errors import ConfigError
 class VoyageProvider(HostedProvider):
     name = "voyage"
     min_similarity = 0.2
+    max_batch = 1000  # texts a request, as Voyage documents its embeddings API (`base.capped_batch`)
 
     def __init__(self, settings: Settings) -> None:
         if settings.voyage_api_key is None:

@@ -17,7 +17,8 @@ that takes it stops after GRANDBO_EMBED_MAX_ATTEMPTS; it was leased again by eac
 dealt into the first batch with other orgs' jobs. Such jobs are leased one group a claim, which the worker embeds
 in a batch of its own, last: up to a provider batch of jobs lost once (`ports.LOST`: a deploy's kill comes back a
 batch a claim), or one job lost twice in a row (`ports.LOST_AGAIN`: it was in the lost batch that ended a worker
-again), alone. One group only: should it end the worker, no other lost job of the claim is counted again untried.
+again), alone; or up to a provider batch of jobs whose batch timed out twice in a row (`TIMED_OUT_TWICE`), each
+embedded alone. One group only: should it end the worker, no other lost job of the claim is counted again untried.
 """
 
 from __future__ import annotations
@@ -44,8 +45,26 @@ class Candidate:
     attempts: int = 0
     lapsed: bool = False  # leased, and the lease ran out: its worker is gone
     # its last attempts lost their worker or timed out (`outbox_holders.LOSS_MARKS`), counted already: 1 (`ports.LOST`,
-    # `embed_jobs.TIMED_OUT`), 2 or more (`LOST_AGAIN`, `TIMED_OUT_AGAIN`)
+    # `embed_jobs.TIMED_OUT`), 2 or more (`LOST_AGAIN`); TIMED_OUT_TWICE: its batches timed out twice in a row
+    # (`embed_jobs.TIMED_OUT_AGAIN`)
     lost: int = 0
+
+    @property
+    def alone(self) -> bool:
+        """Embedded alone: lost again, or timed out twice (its lease ran out since: lost again)."""
+        return self.lost >= 1 if self.lapsed else self.lost >= 2
+
+
+TIMED_OUT_TWICE = 3
+"""`Candidate.lost` of a job whose batch timed out twice in a row: embedded alone, as a job lost again is, but several
+of them a claim (up to its lost batch), each in a provider call of its own: a timeout ends no worker, so the others are
+not counted again untried should one be slow again, and a backlog of them drains a claim's budget at a time, not a job
+a claim."""
+
+
+def room_of(losses: int, lost_batch: int) -> int:
+    """How many lost jobs a claim's group of `losses` takes: one lost again, else up to `lost_batch`."""
+    return 1 if losses == 2 else max(1, lost_batch)
 
 
 Fetch = Callable[[Mapping[str, tuple[int, tuple[Any, ...] | None]]], Mapping[str, Sequence[Candidate]]]
@@ -141,9 +160,9 @@ class LostGroup:
     def keep(self, candidate: Candidate) -> bool:
         if candidate.lapsed or not candidate.lost:
             return True
-        losses = min(candidate.lost, 2)
+        losses = candidate.lost
         if not self.losses:
-            self.losses, self.room = losses, self.lost_batch if losses == 1 else 1
+            self.losses, self.room = losses, room_of(losses, self.lost_batch)
         if losses != self.losses or not self.room:
             return False
         self.room -= 1
@@ -167,10 +186,10 @@ def leasable(
     due at once the first time (a deploy's kill), then after GRANDBO_EMBED_RETRY_SECONDS doubling one step behind
     (`pending_work.lost_delay`), not leased once it has used `max_attempts` (it counts as failed: `retry_failed`
     gives it back). Of the jobs that lost their worker, one group (the first dealt decides which): up to
-    `lost_batch` lost once, or one lost twice or more in a row."""
+    `lost_batch` lost once, or one lost twice or more in a row, or up to `lost_batch` timed out twice (`room_of`)."""
     lease: list[Candidate] = []
     lapsed: list[Lapsed] = []
-    group, room = 0, 0  # the claim's lost group: its jobs' losses in a row (1, or 2: alone), and its room left
+    group, room = 0, 0  # the claim's lost group: its jobs' losses (1; 2: alone; TIMED_OUT_TWICE), and its room left
     for candidate in chosen:
         losses = candidate.lost
         if candidate.lapsed:
@@ -178,13 +197,13 @@ def leasable(
             lapsed.append(Lapsed(candidate, delay, LOST if not losses else LOST_AGAIN))
             if delay > 0 or candidate.attempts + 1 >= max_attempts:
                 continue
-            losses += 1
+            losses = min(losses + 1, 2)  # lost (again): a job timed out twice whose worker ended too is lost again
         if losses:
             if not group:
-                group, room = min(losses, 2), max(1, lost_batch) if losses == 1 else 1
+                group, room = losses, room_of(losses, lost_batch)
             # Not in the group: left for a later claim (leased with the group, it would be counted again, untried,
             # should the group end the worker).
-            if min(losses, 2) != group or not room:
+            if losses != group or not room:
                 continue
             room -= 1
         lease.append(candidate)

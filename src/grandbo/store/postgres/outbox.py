@@ -149,8 +149,10 @@ class OutboxMixin(PostgresConnection):
             for candidate in chosen:
                 by_org.setdefault(candidate.org_id, []).append(candidate.job_id)
             lost = {candidate.job_id for candidate in chosen if candidate.lapsed or candidate.lost}
+            alone = {candidate.job_id for candidate in chosen if candidate.alone}
             jobs = self._lease(conn, by_org, max_attempts, lease_seconds)
-        return sorted((replace(job, lost=job.job_id in lost) for job in jobs), key=lambda job: order[job.job_id])
+        return sorted((replace(job, lost=job.job_id in lost, alone=job.job_id in alone) for job in jobs),
+                      key=lambda job: order[job.job_id])  # fmt: skip
 
     def _count_lapsed(self, conn: psycopg.Connection[Any], lapsed: Sequence[queue.Lapsed], max_attempts: int) -> None:
         """Count a failed attempt for each job whose lease ran out (`queue.leasable`), due again after its delay; one

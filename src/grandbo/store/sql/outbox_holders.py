@@ -23,7 +23,7 @@ LOST_BEFORE = (
 """`ports.LOST` as the releases before migration 31 wrote it (a job then embedded alone at once): a job an upgrade
 finds marked so is still embedded alone (review 25: read as fresh, it was dealt in with other orgs' jobs)."""
 
-_LOSSES_MARKED = ((LOST, 1), (LOST_AGAIN, 2), (LOST_BEFORE, 2), (TIMED_OUT, 1), (TIMED_OUT_AGAIN, 2))
+_LOSSES_MARKED = ((LOST, 1), (LOST_AGAIN, 2), (LOST_BEFORE, 2), (TIMED_OUT, 1), (TIMED_OUT_AGAIN, 3))
 """Each mark a job's `last_error` can hold and the losses in a row it stands for: a batch timed out is dealt as a lease
 lost (`embed_jobs.TIMED_OUT`)."""
 
@@ -32,4 +32,5 @@ LOSS_MARKS = tuple(mark for mark, _ in _LOSSES_MARKED)
 
 LOSSES = "CASE last_error " + " ".join(f"WHEN {{p}} THEN {n}" for _, n in _LOSSES_MARKED) + " ELSE 0 END"
 """A job's leases lost (or batches timed out) in a row, as a claim reads it (`queue.Candidate.lost`; parameters:
-`LOSS_MARKS`, `p` the driver's placeholder): 0, 1 or 2 (two or more)."""
+`LOSS_MARKS`, `p` the driver's placeholder): 0, 1 or 2 (two or more); 3 for batches timed out twice
+(`queue.TIMED_OUT_TWICE`)."""

@@ -157,6 +157,7 @@ class Outbox(Connection):
                 return []
             order = {candidate.job_id: n for n, candidate in enumerate(chosen)}
             lost = {candidate.job_id for candidate in chosen if candidate.lapsed or candidate.lost}
+            alone = {candidate.job_id for candidate in chosen if candidate.alone}
             claimed = db.execute(
                 f"UPDATE embed_outbox SET claimed_until = ?, claimed_by = ? WHERE job_id IN ({marks(len(chosen))}) "
                 "RETURNING job_id, org_id, entry_id, attempts",
@@ -180,7 +181,7 @@ class Outbox(Connection):
                         continue
                     jobs.append(
                         EmbedJob(record["job_id"], org, row["id"], row["content_hash"], projection.embed_text(row),
-                                 record["attempts"], record["job_id"] in lost)
+                                 record["attempts"], record["job_id"] in lost, record["job_id"] in alone)
                     )  # fmt: skip
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
             db.executemany(  # fails for good, never again in the way of other jobs or orgs
