@@ -204,8 +204,9 @@ class Organizations(Protocol):
     def erasures(self, org_id: str) -> int: ...  # the org's count of erasures (`grandbo.unerased`); 0: no such org
 
     def since_dropped(self, org_id: str) -> float | None:
-        """Seconds since an org of this name holding API keys was last dropped (Postgres records its drop's start and
-        commit), by the database's clock, in `store_meta` for about DROPS_KEPT_S; None: no such drop (`HAS_KEYS`)."""
+        """Seconds since an org of this name holding API keys was last dropped (recorded in the drop's transaction, its
+        last statement), by the database's clock, in `store_meta` for about DROPS_KEPT_S; None: no such drop
+        (`HAS_KEYS`)."""
         ...
 
     def stored_bytes(self, org_id: str) -> int:
