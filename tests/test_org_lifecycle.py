@@ -327,3 +327,24 @@ def test_a_key_made_while_the_drop_waits_for_its_org_is_recorded_with_the_drop(s
                 create.join()
         assert outcome["drop"] is None and not isinstance(outcome["create"], Exception) and "acme" in grandbo.orgs()
         assert grandbo._store.since_dropped("acme") >= window  # the create returned no sooner
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_of_two_creates_at_once_only_the_one_that_made_the_org_says_so(grandbo, database_url):
+    """`create_org` says whether it made the org by what its insert did, not by a read before it: a create that read
+    no org, and whose insert then waited for another process's create of it (an owner's transaction here), returns
+    False. Before, both said they had made it (`grandbo orgs create` printed "Created" twice)."""
+    other = psycopg.connect(owner_url(database_url))  # the other process's create, not committed yet
+    other.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+    other.execute("INSERT INTO orgs (org_id) VALUES ('acme')")
+    outcome: dict[str, object] = {}
+    create = _run(lambda: grandbo.create_org("acme"), outcome, "create")
+    try:
+        _wait_for_waiters(database_url, 1)  # its insert waits for the other one
+        other.commit()
+    finally:
+        other.close()
+        create.join()
+    assert outcome["create"] is False and "acme" in grandbo.orgs()
+    assert grandbo.create_org("beta") is True and grandbo.create_org("beta") is False
