@@ -400,6 +400,21 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
     assert figures["server_cpu_ms_per_recall"] > 0 and figures["model_cpu_ms_per_query"] > 0
 
 
+def test_bench_tenants_imports_an_amount_a_casual_run_waits_for(cli):
+    """The lag phase's import, which the run waits for, is 10,000 memories by default (about 20 s here), as the bench
+    function's default and the help say. It was 100,000: minutes for a casual `grandbo bench tenants`."""
+    import typer.main
+
+    from grandbo.cli import app
+    from grandbo.eval.tenants_bench import IMPORT_ENTRIES
+
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    (option,) = [p for p in bench.commands["tenants"].params if p.name == "import_entries"]
+    assert option.default == IMPORT_ENTRIES == 10_000
+    shown = " ".join(cli("bench", "tenants", "--help").stdout.split())
+    assert "10,000: about 20 s here" in shown
+
+
 @pytest.mark.slow  # a benchmark: two servers, the clients, an import (about 20 s)
 def test_bench_tenants_drives_two_servers_over_many_orgs_and_prints_one_json_line(cli):
     """Two real `grandbo serve` child processes on one store, tiny orgs, a bounded run."""
