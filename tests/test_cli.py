@@ -400,6 +400,21 @@ def test_bench_serve_drives_a_real_server_on_loopback_and_prints_one_json_line(c
     assert figures["server_cpu_ms_per_recall"] > 0 and figures["model_cpu_ms_per_query"] > 0
 
 
+def test_bench_tenants_imports_an_amount_a_casual_run_waits_for(cli):
+    """The lag phase's import, which the run waits for, is 10,000 memories by default (about 20 s here), as the bench
+    function's default and the help say. It was 100,000: minutes for a casual `grandbo bench tenants`."""
+    import typer.main
+
+    from grandbo.cli import app
+    from grandbo.eval.tenants_bench import IMPORT_ENTRIES
+
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    (option,) = [p for p in bench.commands["tenants"].params if p.name == "import_entries"]
+    assert option.default == IMPORT_ENTRIES == 10_000
+    shown = " ".join(cli("bench", "tenants", "--help").stdout.split())
+    assert "10,000: about 20 s here" in shown
+
+
 @pytest.mark.slow  # a benchmark: two servers, the clients, an import (about 20 s)
 def test_bench_tenants_drives_two_servers_over_many_orgs_and_prints_one_json_line(cli):
     """Two real `grandbo serve` child processes on one store, tiny orgs, a bounded run."""
@@ -783,3 +798,30 @@ def test_an_empty_context_block_says_so_on_stderr_and_prints_no_text(cli):
     assert "grandbo profile set --fact" in printed.stderr
     cli("profile", "set", "--fact", "name=Quillroute")
     assert cli("context").stderr == ""
+
+
+def _every_command(command, path=()):  # type: ignore[no-untyped-def]
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _every_command(sub, (*path, name))
+
+
+def test_every_help_shows_flags_without_a_type_and_lists_each_command_on_one_line():
+    """Every command's and group's --help, as typer 0.29 draws it from our declarations: a flag (`--json`, `--force`,
+    `--help`) takes no value, so it shows no type (it showed `<bool>`, as if `--json true` were asked for); an option
+    given once per value shows `<str>, repeatable` (it showed `<list[str]>`); and a group lists each command's summary
+    on one line at any width (the docstring's own line breaks cut it: "... and grant the", then "runtime role")."""
+    import typer.main
+
+    runner, root = CliRunner(), typer.main.get_command(app)
+    helps = 0
+    for path, command in _every_command(root):
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "1000"}).stdout
+        helps += 1
+        assert "<bool>" not in shown and "list[" not in shown, (path, shown)
+        for name, sub in getattr(command, "commands", {}).items():
+            summary = " ".join(sub.help.split("\n\n")[0].split())
+            assert any(f"│ {name} " in line and summary in line for line in shown.splitlines()), (path, name, shown)
+    assert helps > 80
+    tags = runner.invoke(app, ["remember", "--help"], env={"COLUMNS": "1000"}).stdout
+    assert re.search(r"--tag +<str>, repeatable", tags), tags

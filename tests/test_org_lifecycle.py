@@ -50,17 +50,26 @@ class _Blocker:
 
 def _wait_for_waiters(url: str, count: int) -> None:
     """Until `count` sessions of this database wait on a lock (bounded; the threads' state is what counts)."""
+    _until(lambda: _waiters(url) >= count, f"{count} sessions waiting on a lock")
+
+
+def _waiters(url: str) -> int:
+    """How many sessions of this database wait on a lock."""
     with psycopg.connect(owner_url(url), autocommit=True) as conn:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            (waiting,) = conn.execute(
-                "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
-                "WHERE NOT l.granted AND a.datname = current_database()"
-            ).fetchone()
-            if waiting >= count:
-                return
-            time.sleep(0.02)
-    pytest.fail(f"fewer than {count} sessions came to wait on a lock")
+        (waiting,) = conn.execute(
+            "SELECT count(DISTINCT l.pid) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+            "WHERE NOT l.granted AND a.datname = current_database()"
+        ).fetchone()
+    return int(waiting)
+
+
+def _until(condition, what: str) -> None:  # type: ignore[no-untyped-def]
+    """Until `condition()` holds (bounded)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        if time.monotonic() > deadline:
+            pytest.fail(f"never came: {what}")
+        time.sleep(0.02)
 
 
 def _run(target, outcome: dict[str, object], name: str) -> threading.Thread:  # type: ignore[no-untyped-def]
@@ -266,3 +275,76 @@ def test_a_create_racing_a_drop_waits_out_the_key_caches_after_it(settings, data
             create.join()
         assert not isinstance(outcome["create"], Exception) and "acme" in grandbo._store.orgs()  # made again
         assert grandbo._store.since_dropped("acme") >= window  # returned no sooner
+
+
+def _blocked_by(url: str, pid: int) -> int:
+    """How many sessions of this database wait for the session `pid`."""
+    with psycopg.connect(owner_url(url), autocommit=True) as conn:
+        (count,) = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE %s = ANY(pg_blocking_pids(pid))", (pid,)
+        ).fetchone()
+    return int(count)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_a_key_made_while_the_drop_waits_for_its_org_is_recorded_with_the_drop(settings, database_url):
+    """A key whose write held the org's row when the drop came (the drop read no key before taking the row, then
+    waited for it) makes the drop recorded in the drop's own transaction, so a create that waited for the drop reads
+    the record and waits out the key caches. Before, the drop recorded itself only after it committed: a create in
+    between made the org at once. The recording is held (an owner's lock of its row in `store_meta`, where an old
+    drop of the name is recorded) until the create has either returned or come to wait for the drop."""
+    window = 1.0
+    settings = settings.model_copy(update={"key_cache_seconds": window})
+    owner = owner_url(database_url)
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        grandbo.create_org("acme")
+        with psycopg.connect(owner, autocommit=True) as meta:  # long enough ago to make no one wait
+            meta.execute("INSERT INTO store_meta (key, value) VALUES (%s, (clock_timestamp() - interval '100 s')::text)",
+                         (DROPPED + "acme",))  # fmt: skip
+        key = psycopg.connect(owner)  # a key's write: the org's writer lock, then the key's document
+        key.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+        key.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
+        key.execute("INSERT INTO documents (org_id, collection, doc_id, data, version, updated_at) "
+                    "VALUES ('acme', 'api_key', 'k1', '{}', 1, now())")  # fmt: skip
+        record = psycopg.connect(owner)
+        record.execute("SELECT 1 FROM store_meta WHERE key = %s FOR UPDATE", (DROPPED + "acme",))
+        outcome: dict[str, object] = {}
+        drop = _run(lambda: grandbo.drop_org("acme"), outcome, "drop")
+        create: threading.Thread | None = None
+        try:
+            _wait_for_waiters(database_url, 1)  # the drop waits for the key's write
+            key.commit()
+            _until(lambda: _blocked_by(database_url, record.info.backend_pid) == 1, "the drop's record waits")
+            create = _run(lambda: grandbo.create_org("acme"), outcome, "create")
+            _until(lambda: not create.is_alive() or _waiters(database_url) == 2, "the create returned or waits")
+        finally:
+            record.rollback()
+            record.close()
+            key.close()
+            drop.join()
+            if create is not None:
+                create.join()
+        assert outcome["drop"] is None and not isinstance(outcome["create"], Exception) and "acme" in grandbo.orgs()
+        assert grandbo._store.since_dropped("acme") >= window  # the create returned no sooner
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("backend", ["postgres"])
+def test_of_two_creates_at_once_only_the_one_that_made_the_org_says_so(grandbo, database_url):
+    """`create_org` says whether it made the org by what its insert did, not by a read before it: a create that read
+    no org, and whose insert then waited for another process's create of it (an owner's transaction here), returns
+    False. Before, both said they had made it (`grandbo orgs create` printed "Created" twice)."""
+    other = psycopg.connect(owner_url(database_url))  # the other process's create, not committed yet
+    other.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+    other.execute("INSERT INTO orgs (org_id) VALUES ('acme')")
+    outcome: dict[str, object] = {}
+    create = _run(lambda: grandbo.create_org("acme"), outcome, "create")
+    try:
+        _wait_for_waiters(database_url, 1)  # its insert waits for the other one
+        other.commit()
+    finally:
+        other.close()
+        create.join()
+    assert outcome["create"] is False and "acme" in grandbo.orgs()
+    assert grandbo.create_org("beta") is True and grandbo.create_org("beta") is False

@@ -49,7 +49,7 @@ from grandbo.tiers.catalog import Catalog
 from grandbo.tiers.changes import Changes
 from grandbo.tiers.context import DEFAULT_BUDGET, ContextBlock, build
 from grandbo.tiers.erasure import Erasure
-from grandbo.tiers.eventlog import ReplayReport, export_log, replay_log
+from grandbo.tiers.eventlog import EXPORT_PAGE, ReplayReport, export_log, replay_log
 from grandbo.tiers.incidents import Incidents
 from grandbo.tiers.key_cache import VerifiedKeys
 from grandbo.tiers.keys import Keys, WebhookSecrets
@@ -234,9 +234,9 @@ class OrgMemory:
         and reason; lines already imported are skipped, so a rerun resumes (see `tiers.transfer`)."""
         return import_file(self, path, strict=strict, actor=actor, progress=progress)
 
-    def export_file(self, path: Path) -> int:
-        """Write the active entries with their vectors as JSONL (for `import_file`); return how many."""
-        return export_file(self, path, self._entries.consistent_read())
+    def export_file(self, path: Path, *, page: int = EXPORT_PAGE) -> int:
+        """Write the active entries with their vectors as JSONL (for `import_file`), `page` at a time; how many."""
+        return export_file(self, path, self._entries.consistent_read(), page=page)
 
     def export_log(self, path: Path, *, with_secrets: bool = False) -> dict[str, int]:
         """Write the organization's whole log (entry events with history, vectors, every tier's documents and

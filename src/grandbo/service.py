@@ -359,23 +359,25 @@ class Grandbo:
         return self._store.org_created()
 
     def create_org(self, org_id: str) -> bool:
-        """Create an organization; return False when it existed already."""
+        """Create an organization; return False when it existed already. Told by the store's insert itself: of two
+        creates at once, in any processes, one returns True."""
         org_id = _checked_org(org_id)
-        existed = org_id in self._store.orgs()
-        self._ensure(org_id)
+        made = self._ensure(org_id)
         self._known.add(org_id)
-        return not existed
+        return made
 
-    def _ensure(self, org_id: str) -> None:
-        """Create the org if it does not exist; one dropped under the name less than GRANDBO_KEY_CACHE_SECONDS ago, once
-        that long has passed (a process may trust the old org's keys till then: probe 16, a reset within 0.1 s; the
-        store records only the drop of an org that had a key, `since_dropped`). A drop recorded between that read and
-        the create (a create racing the drop) is waited out after the create; the org's incarnation refuses the old
-        org's keys meanwhile (`grandbo.incarnation`)."""
+    def _ensure(self, org_id: str) -> bool:
+        """Create the org if it does not exist (True: this call made it); one dropped under the name less than
+        GRANDBO_KEY_CACHE_SECONDS ago, once that long has passed (a process may trust the old org's keys till then:
+        probe 16, a reset within 0.1 s; the store records only the drop of an org that had a key, `since_dropped`). A
+        drop recorded between that read and the create (a create racing the drop) is waited out after the create; the
+        org's incarnation refuses the old org's keys meanwhile (`grandbo.incarnation`)."""
         if (wait := self._drop_wait(org_id)) > 0 and org_id not in self._store.orgs():
             time.sleep(wait)
-        if self._store.ensure_org(org_id) and (wait := self._drop_wait(org_id)) > 0:
+        made = self._store.ensure_org(org_id)  # True: this call's insert made it
+        if made and (wait := self._drop_wait(org_id)) > 0:
             time.sleep(wait)
+        return made
 
     def _drop_wait(self, org_id: str) -> float:
         """How long a key cache may still hold a key of an org dropped under the name (0: none dropped lately)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from grandbo.cli import admin, changes, evaluation, history, incidents, memory, profile, service, triage
 from grandbo.cli.app import app
+from grandbo.cli.helptext import tidy
 
 __all__ = ["app", "main"]
 _GROUPS = (
@@ -18,6 +19,7 @@ _GROUPS = (
     service,
     triage,
 )  # imported for the commands they register
+tidy(app)  # once they are: how --help shows them
 
 
 def main() -> None:

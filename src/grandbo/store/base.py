@@ -197,14 +197,12 @@ class Organizations(Protocol):
     def drop_org(self, org_id: str) -> None: ...  # and records when (`since_dropped`) if it had keys (`HAS_KEYS`)
     def incarnation(self, org_id: str) -> int | None:
         """The org's incarnation (`grandbo.incarnation`), None when there is no such org."""
-        ...
 
     def erasures(self, org_id: str) -> int: ...  # the org's count of erasures (`grandbo.unerased`); 0: no such org
 
     def since_dropped(self, org_id: str) -> float | None:
-        """Seconds since an org of this name holding API keys was last dropped (Postgres records its drop's start and
-        commit), by the database's clock, in `store_meta` for about DROPS_KEPT_S; None: no such drop (`HAS_KEYS`)."""
-        ...
+        """Seconds since an org of this name holding API keys was last dropped (recorded as the drop commits), by the
+        database's clock, in `store_meta` for about DROPS_KEPT_S; None: no such drop (`HAS_KEYS`)."""
 
     def stored_bytes(self, org_id: str) -> int:
         """What the org has written to its logs, in bytes, as the storage limit counts it (`store.sql.storage`)."""

@@ -40,6 +40,7 @@ from grandbo.retrieval.languages import AUTO, declared
 from grandbo.tiers import alert_text, alerts, incident_model, replayed_outcomes
 from grandbo.tiers.effectiveness import zoned
 from grandbo.tiers.keys import KEYS, WEBHOOK_SECRETS, secrets_logged
+from grandbo.tiers.log_export import EXPORT_PAGE as EXPORT_PAGE  # a page of an export, of either kind
 from grandbo.tiers.log_export import FORMAT, VERSION
 from grandbo.tiers.log_export import export_log as export_log  # the export, with the replay it is read by
 from grandbo.tiers.operations import OUTCOMES, SETTINGS

@@ -40,8 +40,9 @@ def line(record: dict[str, Any]) -> bytes:
     return (json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n").encode("utf-8")
 
 
-def _by_seq(read: Callable[[int], list[Paged]]) -> Iterator[list[Paged]]:
-    """`read(after)`'s pages, each read after the last one's sequence number, until one comes back empty."""
+def by_seq(read: Callable[[int], list[Paged]]) -> Iterator[list[Paged]]:
+    """`read(after)`'s pages, each read after the last one's sequence number, until one comes back empty (also how
+    `transfer.export_file` pages the active entries)."""
     after = 0
     while page := read(after):
         yield page
@@ -49,13 +50,13 @@ def _by_seq(read: Callable[[int], list[Paged]]) -> Iterator[list[Paged]]:
 
 
 def _events(entries: OrgEntries) -> Iterator[Event]:
-    for page in _by_seq(lambda after: entries.events(since_seq=after, limit=EXPORT_PAGE)):
+    for page in by_seq(lambda after: entries.events(since_seq=after, limit=EXPORT_PAGE)):
         yield from page
 
 
 def _active(entries: OrgEntries) -> Iterator[list[Entry]]:
     """The active entries a page at a time, by sequence (the order an export has always written their vectors)."""
-    return _by_seq(lambda after: entries.entries(listing=Listing(limit=EXPORT_PAGE, after_seq=after)))
+    return by_seq(lambda after: entries.entries(listing=Listing(limit=EXPORT_PAGE, after_seq=after)))
 
 
 def export_log(

@@ -36,7 +36,8 @@ from grandbo.errors import (
     StrictModeError,
 )
 from grandbo.files import replaced_privately, writable
-from grandbo.model import EmbeddingSpace, Entry, NewEntry, Source, parse_entry
+from grandbo.model import EmbeddingSpace, Entry, Listing, NewEntry, Source, parse_entry
+from grandbo.tiers.log_export import EXPORT_PAGE, by_seq
 
 if TYPE_CHECKING:
     from grandbo.memory import OrgMemory
@@ -374,19 +375,21 @@ def _store(memory: OrgMemory, lines: Sequence[Line], report: ImportReport, *, st
     report.imported += len(stored)
 
 
-def export_file(memory: OrgMemory, path: Path, snapshot: AbstractContextManager[None] | None = None) -> int:
+def export_file(
+    memory: OrgMemory, path: Path, snapshot: AbstractContextManager[None] | None = None, *, page: int = EXPORT_PAGE
+) -> int:
     """Write the org's active entries, with their current vectors, as JSON Lines; return how many. Within
-    `snapshot` (the store's `consistent_read`), every read sees one state of the store."""
+    `snapshot` (the store's `consistent_read`), every read sees one state of the store. Read `page` entries at a
+    time, by sequence (the order of `entries()`), so an export holds one page, not the org (all of it read at once,
+    before, grew with the org)."""
     writable(path, "an export")
     written = 0
     with (
         snapshot or contextlib.nullcontext(),
         replaced_privately(path, "w", "the export") as handle,
     ):  # the org's memory: owner-only
-        entries = memory.entries()
         space = memory.space
-        for start in range(0, len(entries), 1000):
-            chunk = entries[start : start + 1000]
+        for chunk in by_seq(lambda after: memory.entries(listing=Listing(limit=page, after_seq=after))):
             vectors = memory.vectors([entry.id for entry in chunk])
             for entry in chunk:
                 record = entry.model_dump(

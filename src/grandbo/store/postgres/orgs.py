@@ -20,10 +20,20 @@ from grandbo.incarnation import Incarnation
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store.base import DROPPED, DROPS_KEPT_S, ORG_TABLES
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import ERASING, FOR_KEY_SHARE, FOR_NO_KEY_UPDATE, FOR_UPDATE, NEW_EPOCH, upsert
+from grandbo.store.postgres.dialect import (
+    ERASING,
+    FOR_KEY_SHARE,
+    FOR_NO_KEY_UPDATE,
+    FOR_UPDATE,
+    NEW_EPOCH,
+    SET_ORG,
+    upsert,
+)
 from grandbo.store.sql.documents import HAS_KEYS
 
 log = structlog.get_logger(__name__)
+# The record of an org's drop (`since_dropped`), stamped by the database's clock (store-wide).
+_RECORD_DROP = f"INSERT INTO store_meta (key, value) VALUES (%s, clock_timestamp()::text) {upsert('key', ['value'])}"
 
 
 class OrgsMixin(PostgresConnection):
@@ -93,42 +103,36 @@ class OrgsMixin(PostgresConnection):
         return self._retrying(read)
 
     def drop_org(self, org_id: str) -> None:
-        keyed = self._has_keys(org_id)
-        if keyed:
-            self._record_drop(org_id)  # first: a same-named org made while the drop runs waits for it
+        self._forget_old_drops()
         with self._writing(org_id) as conn:
             # The org's row first, exclusively: a write in flight holds it (`_require_org`, `_hold_org`), so the
             # deletes below wait for it to commit and then delete what it wrote; a write that comes later waits
             # here and then finds no org (NotFoundError). Deleting the row last, without this, let a write that
             # held it commit its rows after the deletes had passed them: a same-named org created next saw them.
             conn.execute(f"SELECT 1 FROM orgs WHERE org_id = %s {FOR_UPDATE}", (org_id,))
-            # read under the row a key's write holds too (`_require_org`): a key made since the read above is seen
-            keyed = keyed or conn.execute(HAS_KEYS.format(p="%s"), (org_id,)).fetchone() is not None
+            # Whether it holds keys, read under that lock (a key's write holds it too): one made at any moment before
+            # the drop is seen, and none after it. Read before the lock, one made in between was seen only by a
+            # second read, and the drop was then recorded only after its commit: a create that waited for the drop
+            # read no record of it, and did not wait out the key caches.
+            keyed = conn.execute(HAS_KEYS.format(p="%s"), (org_id,)).fetchone() is not None
             # The logs refuse DELETE unless the transaction says it erases this org (migration 3).
             conn.execute(ERASING, (org_id,))
             for table in ORG_TABLES:
                 conn.execute(f"DELETE FROM {table} WHERE org_id = %s", (org_id,))
             if self._owner_dsn is None:  # only the owner's function can drop it: in this transaction, as before
                 conn.execute("SELECT grandbo_vector_index(%s, false, 0, 0, '')", (org_id,))
-        if keyed:
-            self._record_drop(org_id)  # and its commit, after which no process reads one of the org's keys
+            if keyed:  # last, store-wide: committed with the deletes, stamped as near their commit as it can be
+                conn.execute(SET_ORG, ("",))
+                conn.execute(_RECORD_DROP, (DROPPED + org_id,))
         if self._owner_dsn is not None:
             self._drop_vector_index(org_id)
 
-    def _has_keys(self, org_id: str) -> bool:
-        def read() -> bool:
-            with self._tx(org_id) as conn:  # under row-level security: the org's own rows
-                return conn.execute(HAS_KEYS.format(p="%s"), (org_id,)).fetchone() is not None
-
-        return self._retrying(read)
-
-    def _record_drop(self, org_id: str) -> None:
-        """`store_meta`'s record of the org's drop, stamped by the database's clock (store-wide)."""
+    def _forget_old_drops(self) -> None:
+        """Delete the records of drops DROPS_KEPT_S old (in a transaction of its own: two drops at once lock none of
+        the same rows of `store_meta`)."""
         with self._writing(None) as conn:
             conn.execute("DELETE FROM store_meta WHERE key LIKE %s AND value::timestamptz < clock_timestamp() - "
                          "make_interval(secs => %s)", (DROPPED + "%", DROPS_KEPT_S))  # fmt: skip
-            conn.execute(f"INSERT INTO store_meta (key, value) VALUES (%s, clock_timestamp()::text) "
-                         f"{upsert('key', ['value'])}", (DROPPED + org_id,))  # fmt: skip
 
     def since_dropped(self, org_id: str) -> float | None:
         def read() -> float | None:

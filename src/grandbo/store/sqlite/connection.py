@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from queue import Empty, SimpleQueue
-from typing import Any
+from typing import Any, NamedTuple
 
 import structlog
 
@@ -36,6 +36,17 @@ from grandbo.store.sqlite.turns import TurnLock
 log = structlog.get_logger(__name__)
 
 WRITE_POLL_S = 0.002  # how often a write waiting for another process's write lock asks for it again
+
+
+class LockWait(NamedTuple):
+    """How a write waits for another process's write lock: `seconds` at most, `waiting()` called once when it starts
+    to wait, and `refusal()` raised when the time is up (`Connection._begin_write`; by default the busy timeout)."""
+
+    seconds: float
+    refusal: Callable[[], Exception]
+    waiting: Callable[[], object] = lambda: None
+
+
 OLDEST_SQLITE = (3, 38, 0)  # JSON's `->` and `->>` operators (an outcome's check, migration 33)
 
 
@@ -146,12 +157,12 @@ class Connection:
                 log.warning("store.file_permissions_tightened", path=str(part), was=oct(was), now=oct(was & 0o700))
 
     @contextmanager
-    def _write(self, org_id: str | None = None) -> Iterator[sqlite3.Connection]:
+    def _write(self, org_id: str | None = None, *, wait: LockWait | None = None) -> Iterator[sqlite3.Connection]:
         # In `org_id`'s turn (None: store-wide work, one turn of its own). A full disk is a StoreFullError (`full`);
         # a COMMIT that failed is rolled back too, so the connection is never left inside a transaction that refuses
-        # every later write.
+        # every later write. `wait`: for another process's write lock, other than the busy timeout (a migration's).
         with self._lock.turn(org_id or ""), self._disk.watch():
-            self._begin_write()
+            self._begin_write(wait or LockWait(self.busy_timeout_ms / 1000, self._busy))
             try:
                 if self.schema_known is not None:  # inside the write: no migration passes between it and the write
                     self._hold(self._db.execute(f"SELECT {fence.NEWEST}").fetchone()[0])
@@ -207,17 +218,17 @@ class Connection:
         refusal for the reserve is checked again (one statvfs): a disk freed since is ready at once."""
         return self._disk.recheck(self.disk_reserve_mb)
 
-    def _begin_write(self) -> None:
-        """Take the file's write lock, waiting up to the busy timeout for another process that holds it (a long
-        import, backup, purge or migration); past that the write is refused with what to do, not the driver's
-        bare "database is locked".
+    def _begin_write(self, wait: LockWait) -> None:
+        """Take the file's write lock, waiting up to `wait.seconds` for another process that holds it (a long
+        import, backup, purge or migration); past that the write is refused with what to do (`wait.refusal`), not
+        the driver's bare "database is locked".
 
         The wait asks for the lock every WRITE_POLL_S, not through SQLite's busy handler: that one sleeps 100 ms
         between tries once it has waited a third of a second, and a process that writes again 1 ms after each
         commit (an embed worker filing a fast provider's batches) left it a free moment so seldom that an
         API write waited 2.2 s and an import's 2.4 s (benchmarks/embed_fairness.py)."""
         self._db.execute("PRAGMA busy_timeout = 0")
-        deadline = time.monotonic() + self.busy_timeout_ms / 1000
+        deadline, waited = time.monotonic() + wait.seconds, False
         try:
             while True:
                 try:
@@ -227,14 +238,20 @@ class Connection:
                     if "locked" not in str(error) and "busy" not in str(error):
                         raise
                     if time.monotonic() >= deadline:
-                        raise StoreBusyError(
-                            "The SQLite store is busy: another process has held its write lock for over "
-                            f"{self.busy_timeout_ms / 1000:g} s, so nothing was written. {StoreBusyError.remedy}",
-                            detail={"waited_ms": self.busy_timeout_ms},  # no path: API clients see this
-                        ) from error
+                        raise wait.refusal() from error
+                    if not waited:
+                        waited = True
+                        wait.waiting()
                 time.sleep(WRITE_POLL_S)
         finally:
             self._db.execute(f"PRAGMA busy_timeout = {self.busy_timeout_ms}")
+
+    def _busy(self) -> StoreBusyError:
+        return StoreBusyError(
+            "The SQLite store is busy: another process has held its write lock for over "
+            f"{self.busy_timeout_ms / 1000:g} s, so nothing was written. {StoreBusyError.remedy}",
+            detail={"waited_ms": self.busy_timeout_ms},  # no path: API clients see this
+        )
 
     @contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:

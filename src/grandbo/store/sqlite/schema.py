@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 import structlog
 
-from grandbo.errors import MigrationError
+from grandbo.errors import MigrationError, StoreBusyError
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.store import fence, projection
 from grandbo.store.base import REDERIVE_BATCH, REDERIVE_TERMS, TERMS_DERIVED_VECTORS, TermsOf, loads_json
@@ -21,30 +21,34 @@ from grandbo.store.sql.service_names import (
     rename_service,
 )
 from grandbo.store.sql.services import LOWER_CHANGE_SERVICES, lower_change_services, read_services, write_service
-from grandbo.store.sqlite.connection import Connection, next_epoch
+from grandbo.store.sqlite.connection import Connection, LockWait, next_epoch
 from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.migrations import MIGRATIONS
 from grandbo.store.sqlite.outbox import enqueue_missing
 from grandbo.store.sqlite.unembeddable import requeue_entries
 
 log = structlog.get_logger(__name__)
+# How long an open with migrations to apply waits for another process's write lock: most likely another process of
+# this release migrating the store (a large store's migration takes minutes: 300,000 events, migration 32), which
+# leaves nothing to apply once it commits. Any other write waits the busy timeout (10 s), after which an open of a
+# store being migrated failed as "busy: nothing was written".
+MIGRATION_WAIT_S = 900.0
 
 
 class Schema(Connection):
     def _migrate(self) -> None:
-        with self._write() as db:
+        """Apply this release's migrations the store lacks, in one write. A store that lacks none is only read: its
+        open takes no write lock, so another process's long write never holds it up."""
+        if (applied := self._applied()) is not None and not self._pending(applied):
+            self.schema_known = fence.newest(MIGRATIONS)
+            return
+        with self._write(wait=self._migration_wait()) as db:
             db.execute(
                 "CREATE TABLE IF NOT EXISTS schema_migrations "
                 "(version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at TEXT NOT NULL)"
             )
             applied = {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
-            known = {version for version, _, _ in MIGRATIONS}
-            if applied - known:
-                raise MigrationError(
-                    f"The store at {self.path} has schema versions {sorted(applied - known)} that this Grandbo "
-                    "does not know; it was written by a newer release. Upgrade Grandbo.",
-                    detail={"unknown_versions": sorted(applied - known)},
-                )
+            self._pending(applied)
             upgraded = False  # an existing store migrated, not a new one made
             for version, name, statements in MIGRATIONS:
                 if version in applied:
@@ -69,6 +73,49 @@ class Schema(Connection):
         self.schema_known = fence.newest(MIGRATIONS)
         if upgraded:  # the log holds every page the migrations wrote (1.2 GB for migration 32 of 300,000 events),
             self._emptied_log("migrated")  # and kept that size while any process had the file open
+
+    def _applied(self) -> set[int] | None:
+        """The store's migrations, read without the write lock; None: it has no record of them (a new store)."""
+        try:
+            with self._reading() as db:
+                return {row[0] for row in db.execute("SELECT version FROM schema_migrations")}
+        except sqlite3.OperationalError as error:
+            if "no such table" not in str(error):
+                raise
+            return None
+
+    def _pending(self, applied: set[int]) -> list[int]:
+        """This release's migrations missing from `applied`; MigrationError when it holds one of a newer release."""
+        known = {version for version, _, _ in MIGRATIONS}
+        if applied - known:
+            raise MigrationError(
+                f"The store at {self.path} has schema versions {sorted(applied - known)} that this Grandbo "
+                "does not know; it was written by a newer release. Upgrade Grandbo.",
+                detail={"unknown_versions": sorted(applied - known)},
+            )
+        return sorted(known - applied)
+
+    def _migration_wait(self) -> LockWait:
+        """A migration's wait for another process's write lock: MIGRATION_WAIT_S, said when it starts, refused with
+        what to do when it ends."""
+        newest = fence.newest(MIGRATIONS)
+
+        def waiting() -> None:
+            log.warning("store.waiting_for_migration", path=str(self.path), to_version=newest,
+                        waits_up_to_s=MIGRATION_WAIT_S, why="another process holds the store's write lock, most "
+                        "likely migrating it: this one migrates what is left once it lets go")  # fmt: skip
+
+        def refusal() -> StoreBusyError:
+            return StoreBusyError(
+                f"Cannot open the SQLite store at {self.path}: it needs migrating to schema version {newest}, and "
+                f"another process held its write lock for the {MIGRATION_WAIT_S:g} s this one waited to do it: most "
+                "likely another Grandbo process migrating it (a large store's migration takes minutes), or a long "
+                "import, backup, restore or purge. Start this process again once that one is done; or stop every "
+                "process of the store and run `grandbo migrate` alone.",
+                detail={"path": str(self.path), "waited_s": MIGRATION_WAIT_S, "to_version": newest},
+            )
+
+        return LockWait(MIGRATION_WAIT_S, refusal, waiting)
 
     def _rederive_terms(self, db: sqlite3.Connection) -> None:
         """Migration step REDERIVE_TERMS (store/base.py), org by org, in batches of entries."""
