@@ -128,8 +128,9 @@ class EmbedWorker:
         retry time; the batches not tried yet go back to the outbox untouched, as they do once the claim has held
         GRANDBO_EMBED_CLAIM_SECONDS (or half the lease, so that no other worker claims jobs this one is still working
         on) or when writing a batch's vectors fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`)
-        are embedded last, in a batch of their own (each alone: `EmbedJob.alone`). Before it claims, the leases of workers proved gone are ended
-        (`take_over`). Nothing is claimed while the provider's last Retry-After runs (its rate limit is every org's)."""
+        are embedded last, in a batch of their own (each alone: `EmbedJob.alone`). Before it claims, the leases of
+        workers proved gone are ended (`take_over`). Nothing is claimed while the provider's last Retry-After runs
+        (its rate limit is every org's)."""
         report = DrainReport()
         if time.monotonic() < self._quiet_until:
             return report
