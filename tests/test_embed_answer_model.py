@@ -70,3 +70,36 @@ def test_a_router_asked_for_a_vendors_model_may_answer_with_the_models_own_name(
     settings = Settings(home=tmp_path, openai_base_url=fake.url, openai_model="vendor/fake-embed", openai_dimension=8)
     (vector,) = embed_checked(get_provider("openai", settings), ["disk full on node b"])
     assert vector is not None and vector.shape == (8,)
+
+
+def test_a_service_answering_with_an_alias_is_refused_with_the_setting_that_names_it(tmp_path, fake):
+    # Azure OpenAI behind a proxy answers with the deployment's name, TEI with its model id, LiteLLM with its alias:
+    # the only remedy was to set GRANDBO_OPENAI_MODEL to that name, and `grandbo reembed`, another embedding space.
+    fake.behaviour.answer_model = "prod-embeddings-deployment"
+    with pytest.raises(EmbeddingError) as refused:
+        embed_checked(_provider("openai", fake.url, tmp_path), ["disk full on node b"])
+    assert "set GRANDBO_OPENAI_ANSWERED_MODEL=prod-embeddings-deployment (now unset)" in refused.value.message
+
+
+def test_the_alias_the_service_answers_with_is_the_same_model_and_keeps_the_space(tmp_path, fake, database_url):
+    fake.behaviour.answer_model = "prod-embeddings-deployment"
+    settings = _hosted(
+        tmp_path, fake.url, database_url=database_url, openai_answered_model="prod-embeddings-deployment"
+    )
+    with Grandbo.init(settings, embedding="openai") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember({"title": "disk full on node b"})
+        grandbo.worker().run_once()
+        stats = memory.stats()
+    assert (stats.readable, stats.pending) == (1, 0)
+    assert stats.space is not None and (stats.space.provider, stats.space.model) == ("openai", "fake-embed")
+
+
+@pytest.mark.parametrize("answered", ["other-embed", "fake-embed-lite"])
+def test_with_an_alias_set_any_other_model_is_still_refused(tmp_path, fake, answered):
+    fake.behaviour.answer_model = answered
+    settings = Settings(home=tmp_path, openai_base_url=fake.url, openai_model="fake-embed", openai_dimension=8,
+                        openai_answered_model="prod-embeddings-deployment")  # fmt: skip
+    with pytest.raises(EmbeddingError, match=f"{answered!r}, not 'fake-embed' as asked") as refused:
+        embed_checked(get_provider("openai", settings), ["disk full on node b"])
+    assert "(now 'prod-embeddings-deployment')" in refused.value.message

@@ -111,6 +111,37 @@ def test_an_org_whose_writer_lock_is_held_does_not_hold_the_vectors_of_the_other
     assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in again]) == 1
 
 
+@pytest.mark.timeout(60)
+def test_vectors_filed_past_the_lease_while_the_org_is_busy_leave_the_new_holders_lease(grandbo, url, store):
+    """A worker that ran past its lease files its vectors while their org is busy: the jobs it gives back are leased
+    again by another worker meanwhile (counted lost). The give-back ended that worker's lease and put the job off
+    BUSY_RETRY_S, so a third worker embedded it too; now only jobs still held under their claim's lease go back."""
+    payload = {"title": "checkout-api pool exhausted", "body": "b", "kind": "fact", "source": "admin",
+               "occurred_at": utcnow().isoformat()}  # fmt: skip
+    store.ensure_org("acme")
+    store.append("acme", [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
+    late = store.claim_jobs(10, 5)
+    with app_conn(url, "acme") as conn:  # its lease runs out
+        conn.execute("UPDATE embed_outbox SET claimed_until = now() - interval '1 second' WHERE org_id = 'acme'")
+    (taken,) = store.claim_jobs(10, 5)  # another worker's claim, counted lost
+    lease = "SELECT claimed_until, claimed_by, available_at <= now() FROM embed_outbox WHERE org_id = 'acme'"
+    with app_conn(url, "acme") as conn:
+        held = conn.execute(lease).fetchone()
+    busy = app_conn(url, "acme")  # a long transaction of acme's, holding its writer lock
+    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
+    try:
+        vector = np.ones(grandbo.space.dimension, dtype=np.float32)
+        assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in late]) == 0
+    finally:
+        busy.rollback()
+        busy.close()
+    with app_conn(url, "acme") as conn:
+        assert conn.execute(lease).fetchone() == held  # still the other worker's, due as it was
+    assert held[0] is not None and held[2]
+    assert store.claim_jobs(10, 5) == []
+    assert store.complete_jobs(grandbo.space, [EmbedResult(taken, vector)]) == 1
+
+
 def test_a_backfill_embeds_the_jobs_given_back_while_their_org_was_busy(grandbo, url, store):
     """CI (session 31): vectors computed while an import held the org's writer lock were given back for BUSY_RETRY_S
     without an attempt counted, and a backfill run just after (`grandbo backfill`, the chaos test's) made only the

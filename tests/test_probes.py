@@ -174,7 +174,8 @@ def test_readyz_counts_failed_embed_jobs_apart_from_those_waiting(settings):
             _pending(grandbo, org)
         jobs = {job.org_id: job for job in store.claim_jobs(10, 2)}
         store.fail_jobs([jobs["org-a"]], "provider down", utcnow())
-        store.fail_jobs([jobs["org-a"]], "provider down", utcnow())  # its second attempt: parked
+        (again,) = store.claim_jobs(10, 2)  # due at once: claimed again under a new lease
+        store.fail_jobs([again], "provider down", utcnow())  # its second attempt: parked
         store.mark_unembeddable([jobs["org-b"]], "all zeros")  # settled, not failed
         with serving(grandbo) as served, served.client() as client:
             ready = client.get("/readyz").json()

@@ -31,6 +31,10 @@ class HostedSettings(BaseSettings):
     openai_model: str = Field(default="text-embedding-3-small", description="Embedding model name.")
     openai_dimension: int = Field(default=1536, ge=1, le=MAX_DIMENSION,
         description="Embedding dimension the model returns.")  # fmt: skip
+    openai_answered_model: str | None = Field(default=None,
+        description="The name the server answers with for GRANDBO_OPENAI_MODEL, when it answers with another: an "
+        "alias (an Azure OpenAI deployment behind a proxy, Hugging Face TEI's model id, a LiteLLM alias). Accepted as "
+        "the same model, so the vectors keep their space; any other name is refused.")  # fmt: skip
 
     # Optional LLM: classifies edits, words learned notes, narrates triage plans (never required).
     llm_provider: Literal["openai", "anthropic", "bedrock"] | None = Field(

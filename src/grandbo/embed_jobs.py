@@ -32,6 +32,12 @@ class EmbedJob:
     # Of the lost jobs, one embedded alone in a provider call of its own: lost again (one a claim), or whose batches
     # timed out twice in a row (`TIMED_OUT_AGAIN`: several a claim, each alone, within the claim's budget).
     alone: bool = False
+    # The lease it was claimed under: its end, as the claim wrote it (the holder, `store.sql.holders`, is this process).
+    # A failure or a give-back is recorded only while the job still holds it: a worker that ran past its lease (a slow
+    # provider, a batch halved) finds its jobs leased again by another, counted lost already, and its late failure
+    # counted the attempt a second time, its give-back ended the other's lease, and a third worker embedded them too.
+    # None: no lease (refused by `Outbox.fail_jobs` and `Outbox.release_jobs`).
+    leased_until: datetime | None = None
 
 
 UNEMBEDDABLE = 2_000_000
@@ -134,11 +140,15 @@ class Outbox(Protocol):
         ...
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
-        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`)."""
+        """Record a failed attempt; past the worker's maximum the jobs count as failed (until `retry_failed`). Only
+        for the jobs still held under the lease they were claimed with (`EmbedJob.leased_until`) and still of the
+        text they were claimed with: one leased again since (its lease ran out, it was taken over, `retry_failed`
+        gave it back) or edited is left to its new holder or its new text (logged once, at info)."""
         ...
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
-        """Give claimed jobs back untried: claimable at once, no attempt counted."""
+        """Give claimed jobs back untried: claimable at once, no attempt counted. Only for the jobs still held under
+        the lease they were claimed with, as `fail_jobs`."""
         ...
 
     def mark_unembeddable(self, jobs: Sequence[EmbedJob], reason: str) -> int:

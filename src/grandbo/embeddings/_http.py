@@ -21,30 +21,35 @@ _RETRYABLE = {408, 409, 425, 429, 500, 502, 503, 504}
 
 class HostedProvider:
     """What the OpenAI-style hosted providers share: `{base_url}/embeddings` with a bearer key (none when empty),
-    through one HTTP client per provider per process, closed by `close`."""
+    through one HTTP client per provider per process, closed by `close`. `answered_model`: the name the service
+    answers with for the model asked, when it answers with an alias (`post_embeddings`)."""
 
     name: str
     dimension: int
 
-    def __init__(self, base_url: str, key: str, timeout: float) -> None:
+    def __init__(self, base_url: str, key: str, timeout: float, *, answered_model: str | None = None) -> None:
         self._url = base_url.rstrip("/") + "/embeddings"
         self._headers = {"Authorization": f"Bearer {key}"} if key else {}
         self._timeout = timeout
+        self._answered_model = answered_model
         self._http = client(self._timeout, self._headers)
 
     def _post(self, payload: dict[str, Any]) -> list[list[float]]:
-        return post_embeddings(self.name, self._http, self._url, payload, self._timeout, self.dimension)
+        return post_embeddings(self.name, self._http, self._url, payload, self._timeout, self.dimension,
+                               answered_model=self._answered_model)  # fmt: skip
 
     def close(self) -> None:
         self._http.close()
 
 
 def post_embeddings(
-    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float, dimension: int
-) -> list[list[float]]:
+    provider: str, http: httpx.Client, url: str, payload: dict[str, Any], timeout: float, dimension: int,
+    *, answered_model: str | None = None,
+) -> list[list[float]]:  # fmt: skip
     """POST an OpenAI-style embeddings request through the provider's one client (`grandbo.http`) and return
     `data[*].embedding` in input order. The answer is read within `timeout` for the whole call, and refused past
-    the size its vectors could take (`answer_limit`)."""
+    the size its vectors could take (`answer_limit`), or when its `model` names another model than asked
+    (`same_model`) or than `answered_model` (GRANDBO_OPENAI_ANSWERED_MODEL: the alias the service answers with)."""
     inputs = payload.get("input")
     count = len(inputs) if isinstance(inputs, list) else 1
     limit = answer_limit(count, dimension)
@@ -91,13 +96,30 @@ def post_embeddings(
     except (ValueError, KeyError, TypeError) as error:
         raise _malformed(provider, f"a body that is not an embeddings response ({type(error).__name__})") from None
     asked, answered = payload.get("model"), answer.get("model")
-    if isinstance(asked, str) and answered not in (None, "") and not same_model(asked, answered):
-        setting, named = f"GRANDBO_{provider.upper()}_MODEL", str(answered)[:80]
-        raise _malformed(provider, f"vectors of the model {named!r}, not {asked!r} as asked (vectors of two models "
-                         "never mix, even of one dimension)", remedy=f"If it persists, a proxy in front of the "
-                         f"service answers with another model: fix its routing, or set {setting} to the model it "
-                         "serves and run `grandbo reembed`.")  # fmt: skip
+    alias = answered_model is not None and same_model(answered_model, answered)
+    if isinstance(asked, str) and answered not in (None, "") and not same_model(asked, answered) and not alias:
+        raise _other_model(provider, asked, answered, answered_model)
     return _in_order(provider, data, count)
+
+
+def _other_model(provider: str, asked: str, answered: object, alias: str | None) -> EmbeddingError:
+    """The refusal of an answer naming another model than asked; its remedy names the setting of the alias the
+    service may answer with (`HostedSettings.openai_answered_model`), where the provider has one."""
+    named, model = str(answered)[:80], f"GRANDBO_{provider.upper()}_MODEL"
+    setting = ANSWERED_SETTINGS.get(provider)
+    remedy = "If it persists, a proxy in front of the service answers with another model: fix its routing"
+    if setting:
+        remedy += (f"; if {named!r} is the service's own name for {asked!r} (an Azure OpenAI deployment behind a "
+                   f"proxy, Hugging Face TEI's model id, a LiteLLM alias), set {setting}={named} (now "
+                   f"{'unset' if alias is None else repr(alias)}): the vectors keep their space, nothing is "
+                   "embedded again")  # fmt: skip
+    remedy += f". If it serves another model, set {model} to it and run `grandbo reembed`."
+    return _malformed(provider, f"vectors of the model {named!r}, not {asked!r} as asked (vectors of two models "
+                      "never mix, even of one dimension)", remedy=remedy)  # fmt: skip
+
+
+ANSWERED_SETTINGS = {"openai": "GRANDBO_OPENAI_ANSWERED_MODEL"}
+"""The setting of each hosted provider that may name the alias its service answers with (`post_embeddings`)."""
 
 
 def same_model(asked: str, answered: object) -> bool:

@@ -18,7 +18,8 @@ class OpenAIProvider(HostedProvider):
         self.model = settings.openai_model
         self.dimension = settings.openai_dimension
         key = settings.openai_api_key.get_secret_value() if settings.openai_api_key else ""
-        super().__init__(settings.openai_base_url, key, settings.http_timeout_seconds)
+        super().__init__(settings.openai_base_url, key, settings.http_timeout_seconds,
+                         answered_model=settings.openai_answered_model or None)  # fmt: skip
 
     def embed(self, texts: Sequence[str], purpose: Purpose = "document") -> list[list[float]]:
         payload: dict[str, object] = {"model": self.model, "input": list(texts), "encoding_format": "float"}

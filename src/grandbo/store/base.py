@@ -366,9 +366,9 @@ class EmbedQueue(Outbox, Protocol):
         ...
 
     def retry_failed(self, org_id: str | None = None) -> int:
-        """Make every job waiting claimable now: failed, waiting for its retry time, leased, or given back while its
-        org was busy (Postgres, `BUSY_RETRY_S`: a backfill right after an import left those pending); not the
-        unembeddable (the same text gets the same answer). How many."""
+        """Make every job waiting claimable now: failed, waiting for its retry time, leased (the worker's failure or
+        give-back then has no effect, `ports.Outbox.fail_jobs`), or given back while its org was busy (Postgres,
+        `BUSY_RETRY_S`: a backfill right after an import left those pending); not the unembeddable. How many."""
         ...
 
     def requeue_unembeddable(self) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from grandbo.pending_work import EMBED_MOST_SECONDS, lost_delay
-from grandbo.ports import LOST, LOST_AGAIN
+from grandbo.ports import LOST, LOST_AGAIN, EmbedJob
 
 log = structlog.get_logger(__name__)
 
@@ -236,3 +236,13 @@ def log_lost(org_id: str, entry_id: str, attempt: int, max_attempts: int) -> Non
                 remedy=("its last attempt ended its worker, and it has used its attempts: it counts as failed "
                         "(`grandbo stats`, GET /v1/stats). Find why in the worker's last lines (memory, a crash), "
                         "then `grandbo backfill` gives it back" if given_up else None))  # fmt: skip
+
+
+def log_not_held(action: str, left: Sequence[EmbedJob]) -> None:
+    """One line for the jobs a worker would fail or give back (`action`) that it no longer holds: its lease ran out
+    and another worker leased them (counted lost already), a holder proved gone had its leases ended, `retry_failed`
+    gave them back, or an edit queued a new text. They are left to their new holder, or their new text."""
+    if left:
+        log.info("memory.embedding_lease_moved_on", action=action, jobs=len(left),
+                 orgs=sorted({job.org_id for job in left})[:10],
+                 entries=[job.entry_id for job in left][:10])  # fmt: skip

@@ -11,7 +11,6 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 import numpy as np
@@ -24,8 +23,8 @@ from grandbo.model import EmbeddingSpace, Status
 from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import projection, queue
 from grandbo.store.postgres import reach
-from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import FOR_SHARE, SET_ORG, SKIP_LOCKED
+from grandbo.store.postgres.leases import HELD, LeasesMixin, held
 from grandbo.store.postgres.rows import ENTRY_COLUMNS, VECTOR_UPSERT, row_from_db
 from grandbo.store.sql.holders import holder
 from grandbo.store.sql.outbox_holders import LOSS_MARKS, LOSSES
@@ -47,7 +46,7 @@ _UNREADABLE: projection.Row = {
 }
 
 
-class OutboxMixin(PostgresConnection):
+class OutboxMixin(LeasesMixin):
     """The embed outbox, for `PostgresStore`."""
 
     def embed_backlog(self, org_id: str) -> int:
@@ -89,22 +88,6 @@ class OutboxMixin(PostgresConnection):
             return int(schema), int(waiting), int(failed)
 
         return self._retrying(read)
-
-    def job_holders(self) -> list[tuple[str, str]]:
-        def read() -> list[tuple[str, str]]:
-            with self._tx() as conn:  # store-wide: the function refuses an org's transaction
-                rows = conn.execute("SELECT org_id, claimed_by FROM grandbo_outbox_holders()").fetchall()
-            return [(str(org), str(by)) for org, by in rows]
-
-        return self._retrying(read)
-
-    def end_leases_of(self, org_id: str, holder: str) -> int:
-        with self._writing(org_id) as conn:
-            return conn.execute(
-                "UPDATE embed_outbox SET claimed_until = now(), claimed_by = NULL "
-                "WHERE org_id = %s AND claimed_by = %s AND claimed_until IS NOT NULL AND claimed_until > now()",
-                (org_id, holder),
-            ).rowcount
 
     def claim_jobs(
         self, limit: int, max_attempts: int, org_id: str | None = None, lease_seconds: float = 300.0,
@@ -198,7 +181,7 @@ class OutboxMixin(PostgresConnection):
                     f"  SELECT job_id FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s) AND {_READY} "
                     f"  {SKIP_LOCKED}"
                     ") ready WHERE o.org_id = %s AND o.job_id = ready.job_id "
-                    "RETURNING o.job_id, o.entry_id, o.attempts",
+                    "RETURNING o.job_id, o.entry_id, o.attempts, o.claimed_until",
                     (lease_seconds, holder(), org, job_ids, max_attempts, org),
                 )
         claimed = {org: rows for org, cursor in leases.items() if (rows := cursor.fetchall())}
@@ -208,7 +191,7 @@ class OutboxMixin(PostgresConnection):
                 conn.execute(SET_ORG, (org,))
                 reads[org] = conn.cursor(row_factory=dict_row).execute(
                     f"SELECT {ENTRY_COLUMNS} FROM memory_entries WHERE org_id = %s AND entry_id = ANY(%s)",
-                    (org, [entry_id for _, entry_id, _ in rows]),
+                    (org, [row[1] for row in rows]),
                 )
         jobs: list[EmbedJob] = []
         for org, rows in claimed.items():
@@ -216,7 +199,7 @@ class OutboxMixin(PostgresConnection):
                 found = {record["entry_id"]: row_from_db(record) for record in reads[org].fetchall()}
             except (psycopg.DataError, ValueError):  # a row the driver refuses: read them one by one
                 conn.execute(SET_ORG, (org,))
-                found = self._readable_rows(conn, org, [entry_id for _, entry_id, _ in rows])
+                found = self._readable_rows(conn, org, [row[1] for row in rows])
             jobs.extend(self._jobs_of(conn, org, rows, found))
         return jobs
 
@@ -230,15 +213,16 @@ class OutboxMixin(PostgresConnection):
         """The leased jobs whose entry is active; a job whose entry is gone is dropped, one whose row cannot
         be read fails for good."""
         jobs, gone = [], []
-        for job_id, entry_id, attempts in claimed:
+        for job_id, entry_id, attempts, until in claimed:
             row = rows.get(entry_id)
             if row is _UNREADABLE:
                 continue
             if row is None or row["status"] != Status.ACTIVE.value:
                 gone.append(job_id)
                 continue
-            jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts))
-        unreadable = [job_id for job_id, entry_id, _ in claimed if rows.get(entry_id) is _UNREADABLE]
+            jobs.append(EmbedJob(job_id, org, entry_id, row["content_hash"], projection.embed_text(row), attempts,
+                                 leased_until=until))  # fmt: skip
+        unreadable = [job_id for job_id, entry_id, *_ in claimed if rows.get(entry_id) is _UNREADABLE]
         if gone or unreadable:
             conn.execute(SET_ORG, (org,))
         if gone:
@@ -299,15 +283,17 @@ class OutboxMixin(PostgresConnection):
         """Give back the claim of jobs whose org was busy (`_complete_org`), to be claimed again BUSY_RETRY_S later
         (not at once: a worker claimed them, embedded them and gave them back every second while the lock was held,
         a paid provider call each time), counting no attempt; when their rows are held too, they come back when the
-        lease ends (counted then as a lost lease: rare, and one attempt)."""
+        lease ends (counted then as a lost lease: rare, and one attempt). Only the jobs still held under the lease
+        they were claimed with, as `fail_jobs`: one leased again since is its new holder's."""
+        done: set[int] = set()
         for org_id in {job.org_id for job in jobs}:
             with self._writing(org_id) as conn, suppress(psycopg.errors.LockNotAvailable), _briefly(conn):
-                conn.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL, "
-                    "available_at = greatest(available_at, now() + make_interval(secs => %s)) "
-                    "WHERE org_id = %s AND job_id = ANY(%s)",
-                    (BUSY_RETRY_S, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
-                )
+                done |= {row[0] for row in conn.execute(
+                    "UPDATE embed_outbox o SET claimed_until = NULL, claimed_by = NULL, "
+                    f"available_at = greatest(o.available_at, now() + make_interval(secs => %s)) {HELD}",
+                    (BUSY_RETRY_S, *held(org_id, jobs)),
+                )}  # fmt: skip
+                queue.log_not_held("release", [job for job in jobs if job.org_id == org_id and job.job_id not in done])
 
     def _complete_org(self, space: EmbeddingSpace, org_id: str, group: Sequence[EmbedResult]) -> int | None:
         """File one org's vectors; the count filed, or None when the org was busy: its writer lock held by a long
@@ -381,25 +367,6 @@ class OutboxMixin(PostgresConnection):
         if fresh:
             self._want_vector_index(org_id, last + len(fresh))
         return len(fresh)
-
-    def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
-        for org_id in {job.org_id for job in jobs}:
-            with self._writing(org_id) as conn:
-                conn.execute(
-                    "UPDATE embed_outbox SET attempts = attempts + 1, "
-                    "last_error = %s, available_at = %s, claimed_until = NULL, claimed_by = NULL "
-                    "WHERE org_id = %s AND job_id = ANY(%s)",
-                    (error[:2000], retry_at, org_id, [job.job_id for job in jobs if job.org_id == org_id]),
-                )
-
-    def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
-        for org_id in {job.org_id for job in jobs}:
-            with self._writing(org_id) as conn:
-                conn.execute(
-                    "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL "
-                    "WHERE org_id = %s AND job_id = ANY(%s)",
-                    (org_id, [job.job_id for job in jobs if job.org_id == org_id]),
-                )
 
     def retry_failed(self, org_id: str | None = None) -> int:
         return self._update_each_org(

@@ -27,6 +27,14 @@ log = structlog.get_logger(__name__)
 
 _LOSSES = LOSSES.format(p="?")
 _UNREADABLE = "the entry's row cannot be read (a damaged value); fix or purge it"
+# A job still held under the lease it was claimed with, of the text it was claimed with (`ports.Outbox.fail_jobs`).
+_HELD = "job_id = ? AND content_hash = ? AND claimed_by = ? AND claimed_until = ?"
+
+
+def _held(job: EmbedJob, by: str) -> tuple[Any, ...]:
+    """`_HELD`'s parameters for `job`, held by `by` (this process)."""
+    until = job.leased_until.isoformat() if job.leased_until else None
+    return job.job_id, job.content_hash, by, until
 
 
 def enqueue_missing(db: sqlite3.Connection, org_id: str | None, space: EmbeddingSpace) -> int:
@@ -107,7 +115,8 @@ class Outbox(Connection):
     ) -> list[EmbedJob]:  # fmt: skip
         at = utcnow()
         now = at.isoformat()
-        lease = (utcnow() + timedelta(seconds=lease_seconds)).isoformat()
+        until = utcnow() + timedelta(seconds=lease_seconds)
+        lease = until.isoformat()
         with self._write() as db:
             if org_id is not None:
                 orgs = [org_id]
@@ -181,7 +190,7 @@ class Outbox(Connection):
                         continue
                     jobs.append(
                         EmbedJob(record["job_id"], org, row["id"], row["content_hash"], projection.embed_text(row),
-                                 record["attempts"], record["job_id"] in lost, record["job_id"] in alone)
+                                 record["attempts"], record["job_id"] in lost, record["job_id"] in alone, until)
                     )  # fmt: skip
             db.executemany("DELETE FROM embed_outbox WHERE job_id = ?", [(job_id,) for job_id in gone])
             db.executemany(  # fails for good, never again in the way of other jobs or orgs
@@ -227,19 +236,22 @@ class Outbox(Connection):
         return count
 
     def fail_jobs(self, jobs: Sequence[EmbedJob], error: str, retry_at: datetime) -> None:
+        by = holder()
         with self._write() as db:
-            db.executemany(
-                "UPDATE embed_outbox SET attempts = attempts + 1, "
-                "last_error = ?, available_at = ?, claimed_until = NULL, claimed_by = NULL WHERE job_id = ?",
-                [(error[:2000], retry_at.isoformat(), job.job_id) for job in jobs],
-            )
+            left = [job for job in jobs if not db.execute(
+                "UPDATE embed_outbox SET attempts = attempts + 1, last_error = ?, available_at = ?, "
+                f"claimed_until = NULL, claimed_by = NULL WHERE {_HELD}",
+                (error[:2000], retry_at.isoformat(), *_held(job, by)),
+            ).rowcount]  # fmt: skip
+        queue.log_not_held("fail", left)
 
     def release_jobs(self, jobs: Sequence[EmbedJob]) -> None:
+        by = holder()
         with self._write() as db:
-            db.executemany(
-                "UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL WHERE job_id = ?",
-                [(j.job_id,) for j in jobs],
-            )
+            left = [job for job in jobs if not db.execute(
+                f"UPDATE embed_outbox SET claimed_until = NULL, claimed_by = NULL WHERE {_HELD}", _held(job, by)
+            ).rowcount]  # fmt: skip
+        queue.log_not_held("release", left)
 
     def retry_failed(self, org_id: str | None = None) -> int:
         with self._write(org_id) as db:
