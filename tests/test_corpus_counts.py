@@ -4,7 +4,12 @@ kind of write, on both backends: a writer the triggers missed shows here as a co
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
+
+import psycopg
+import pytest
 
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.service import Grandbo
@@ -108,3 +113,30 @@ def test_the_kept_counts_are_what_a_count_of_every_row_finds_after_every_kind_of
     again.backfill()
     _check(grandbo, raw, "acme", "beta", "gamma")
     assert again.stats().total == 1 and len(written) == 8
+
+
+def test_a_write_of_an_entry_and_one_of_its_vector_in_two_transactions_are_counted_one_after_the_other(
+    grandbo, raw, settings, backend
+):
+    """Each trigger counts the other table's rows after the org's writer lock: the second of two overlapping
+    writes waits for the first to commit and sees its rows. Without it, each counted the entry as the other had
+    not changed it yet, and its vector was taken off twice."""
+    if backend == "sqlite":
+        pytest.skip("SQLite's one writer holds the whole database: two writes never overlap")
+    entries = grandbo.org("acme", create=True).remember_many([{"title": f"queue backlog on host {n}"} for n in (1, 2)])
+    retire = "UPDATE memory_entries SET status = 'retired' WHERE org_id = 'acme' AND entry_id = %s"
+    unvector = "DELETE FROM entry_vectors WHERE org_id = 'acme' AND entry_id = %s"
+    for (first, second), entry in zip([(retire, unvector), (unvector, retire)], entries, strict=True):
+        with psycopg.connect(settings.database_url) as one, psycopg.connect(settings.database_url) as two:
+            for conn in (one, two):
+                conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+            one.execute(first, (entry.id,))
+            waiting = threading.Thread(target=lambda: (two.execute(second, (entry.id,)), two.commit()))
+            waiting.start()
+            for _ in range(200):  # until the second waits for the first's lock (a bounded look, no timing)
+                if raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0]:
+                    break
+                time.sleep(0.02)
+            one.commit()
+            waiting.join()
+        _check(grandbo, raw, "acme")
