@@ -1,8 +1,10 @@
-"""What an organization's corpus counts (`/v1/stats`, `grandbo stats`: `OrgMemory.stats`) cost by its size: one
+"""What an organization's corpus counts (`/v1/stats`, `grandbo stats`: `OrgMemory.stats`) cost by its size: a
 store of orgs of 2,000, 20,000 and 100,000 generated memories (deterministic vectors, written as an import writes
 them), then in this tree and in the tree of `--before` (a src directory, e.g. main's exported with `git archive`),
-alternated round by round, each round a fresh process over the same store: each org's counts read again and again
-with nothing changed (`repeat`), and read right after one write of the org (`after_write`, the write not timed).
+alternated round by round, each round a fresh process: each org's counts read again and again with nothing changed
+(`repeat`), and read right after one write of the org (`after_write`, the write not timed). Each tree has a store
+of its own, seeded alike by that tree (an older release does not open a store a newer one migrated; with
+`--postgres`, a database each on one local server), and the seed's wall time is printed: what the writes cost.
 
     git archive main src | tar -x -C /tmp/main-tree
     PYTHONPATH=src python benchmarks/stats_cost.py --before /tmp/main-tree/src [--sizes 2000,20000,100000]
@@ -83,14 +85,19 @@ def measure(home: Path, url: str | None, sizes: list[int]) -> list[dict[str, Any
 
 
 @contextlib.contextmanager
-def _database(postgres: bool) -> Iterator[str | None]:
+def _databases(postgres: bool, trees: list[str]) -> Iterator[dict[str, tuple[str, dict[str, str]]]]:
+    """Each tree's database URL ("" for SQLite) and the environment its processes need (the owner's URL)."""
     if not postgres:
-        yield None
+        yield {tree: ("", {}) for tree in trees}
         return
-    from grandbo.devtools.postgres import benchmark_database
+    from grandbo.devtools.postgres import LocalPostgres
 
-    with benchmark_database("stats_cost") as url:
-        yield url
+    with LocalPostgres(durable=True) as server:
+        made = {tree: server.create_app_database(f"stats_cost_{tree}") for tree in trees}
+        yield {
+            tree: (url, {"GRANDBO_MIGRATE_DATABASE_URL": server.owner_url(f"stats_cost_{tree}")})
+            for tree, url in made.items()
+        }
 
 
 def main() -> None:
@@ -100,23 +107,39 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--postgres", action="store_true")
     parser.add_argument("--one", nargs=2, metavar=("HOME", "URL"), help=argparse.SUPPRESS)
+    parser.add_argument("--seed", nargs=2, metavar=("HOME", "URL"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(size) for size in args.sizes.split(",")]
+    if args.seed:
+        _seed(Path(args.seed[0]), args.seed[1] or None, sizes)
+        return
     if args.one:
         print(json.dumps(measure(Path(args.one[0]), args.one[1] or None, sizes)))
         return
     here = Path(__file__).resolve().parent.parent / "src"
     trees = {"this": here, **({"before": args.before.resolve()} if args.before else {})}
-    with _database(args.postgres) as url, tempfile.TemporaryDirectory(prefix="grandbo-stats-") as home:
-        _seed(Path(home), url, sizes)
+    with (
+        _databases(args.postgres, list(trees)) as databases,
+        tempfile.TemporaryDirectory(prefix="grandbo-stats-") as home,
+    ):
+
+        def run(tree: str, *what: str) -> str:
+            url, env = databases[tree]
+            done = subprocess.run(
+                [sys.executable, __file__, *what, str(Path(home) / tree), url, "--sizes", args.sizes],
+                env={**os.environ, **env, "PYTHONPATH": str(trees[tree])}, capture_output=True, text=True, check=True,
+            )  # fmt: skip
+            return done.stdout
+
+        for tree in trees:
+            (Path(home) / tree).mkdir()
+            started = time.perf_counter()
+            run(tree, "--seed")  # the writes' cost, the counts kept or not
+            print(json.dumps({"tree": tree, "seed_s": round(time.perf_counter() - started, 1)}), flush=True)
         for round_ in range(args.rounds):
-            for name, src in trees.items():
-                done = subprocess.run(
-                    [sys.executable, __file__, "--one", home, url or "", "--sizes", args.sizes],
-                    env={**os.environ, "PYTHONPATH": str(src)}, capture_output=True, text=True, check=True,
-                )  # fmt: skip
-                for row in json.loads(done.stdout.strip().splitlines()[-1]):
-                    print(json.dumps({"tree": name, "round": round_ + 1, **row}), flush=True)
+            for tree in trees:
+                for row in json.loads(run(tree, "--one").strip().splitlines()[-1]):
+                    print(json.dumps({"tree": tree, "round": round_ + 1, **row}), flush=True)
 
 
 if __name__ == "__main__":

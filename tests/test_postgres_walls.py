@@ -321,6 +321,20 @@ def _trigger_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> 
         assert conn.execute("DELETE FROM memory_events WHERE org_id = 'beta'").rowcount == 0
 
 
+def _count_trigger_case(url: str, superuser: psycopg.Connection, grandbo: Grandbo) -> None:
+    """Migration 34's triggers: called only as triggers, with the caller's rights, so an org's write counts its own
+    rows only (the walk's last check: none of beta's counts changed)."""
+    for function in ("grandbo_count_memory_entries", "grandbo_count_entry_vectors"):
+        with scoped(url, "acme") as conn, pytest.raises(psycopg.errors.FeatureNotSupported, match="only be called"):
+            conn.execute(f"SELECT {function}()")
+    with scoped(url, "acme") as conn:  # acme's entries retired and its vectors deleted: its counts go to nothing
+        conn.execute("UPDATE memory_entries SET status = 'retired' WHERE org_id IN ('acme', 'beta')")
+        conn.execute("DELETE FROM entry_vectors WHERE org_id IN ('acme', 'beta')")
+        assert conn.execute("SELECT active_entries FROM orgs").fetchall() == [(0,)]
+        assert conn.execute("SELECT count(*) FROM vector_counts").fetchone() == (0,)
+        conn.rollback()
+
+
 TABLE_CASES: dict[str, Callable[[str, psycopg.Connection, str], None]] = {
     **dict.fromkeys(REFERENCE_TABLES, _reference_case),
     **dict.fromkeys(REGISTRY_TABLES, _registry_case),
@@ -336,6 +350,7 @@ TABLE_CASES: dict[str, Callable[[str, psycopg.Connection, str], None]] = {
             "idempotency_keys",
             "index_images",
             "pending_work",
+            "vector_counts",
         ),
         _tenant_case,
     ),
@@ -349,6 +364,8 @@ FUNCTION_CASES: dict[str, Callable[[str, psycopg.Connection, Grandbo], None]] = 
     "grandbo_outbox_holders": _outbox_holders_case,
     "grandbo_outbox_counts": _outbox_counts_case,
     "grandbo_refuse_update": _trigger_case,
+    "grandbo_count_memory_entries": _count_trigger_case,
+    "grandbo_count_entry_vectors": _count_trigger_case,
 }
 
 

@@ -19,6 +19,7 @@ from grandbo.store.postgres.policies import (
 )
 from grandbo.store.sql import (
     alert_indexes,
+    corpus_counts,
     erasing,
     holders,
     note_refs,
@@ -315,4 +316,5 @@ LATER: list[tuple[int, str, list[str]]] = [
     ),
     # 32 is SQLite's alone (memory events numbered per organization, as they always were here).
     odd_outcomes.migration(odd_outcomes.POSTGRES, stored=True),
+    corpus_counts.POSTGRES,
 ]

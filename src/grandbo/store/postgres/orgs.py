@@ -79,6 +79,9 @@ class OrgsMixin(PostgresConnection):
         for org_id in self.orgs():
             with self._writing(org_id) as conn:
                 if current is None or current.dimension != space.dimension or every_entry:
+                    # Under the org's writer lock, taken first as its writers take it: the delete's count of the
+                    # org's corpus (migration 34's trigger) takes it after the vectors' rows otherwise.
+                    self._lock_org(conn, org_id)
                     conn.execute("DELETE FROM entry_vectors WHERE org_id = %s", (org_id,))
                 total += self._enqueue_missing(conn, org_id, space)
         return total

@@ -30,6 +30,7 @@ from grandbo.store.sql.holders import holder
 from grandbo.store.sql.outbox_holders import LOSS_MARKS, LOSSES
 
 log = structlog.get_logger(__name__)
+_VECTOR_ROW = "(%s, %s, %s, %s, %s, %s, now(), %s, %s)"
 
 # A job a worker may claim now (the parameter: GRANDBO_EMBED_MAX_ATTEMPTS).
 ORG_LOCK_WAIT_MS = 1_000  # how long filing vectors waits for an org's writer lock before giving its jobs back
@@ -343,23 +344,16 @@ class OutboxMixin(LeasesMixin):
             )
             fresh = [r for r in group if current_hash.get(r.job.entry_id) == r.job.content_hash]
             last = self._take_vector_seqs(conn, org_id, len(fresh)) if fresh else 0
-            conn.cursor().executemany(
-                "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
-                f"embedded_at, embedding, vseq) VALUES (%s, %s, %s, %s, %s, %s, now(), %s, %s) {VECTOR_UPSERT}",
-                [
-                    (
-                        org_id,
-                        r.job.entry_id,
-                        space.provider,
-                        space.model,
-                        space.dimension,
-                        r.job.content_hash,
-                        np.asarray(r.vector, dtype=np.float32),
-                        vseq,
-                    )
-                    for vseq, r in enumerate(fresh, last + 1)
-                ],
-            )
+            rows = [(org_id, r.job.entry_id, space.provider, space.model, space.dimension, r.job.content_hash,
+                     np.asarray(r.vector, dtype=np.float32), vseq)
+                    for vseq, r in enumerate(fresh, last + 1)]  # fmt: skip
+            for start in range(0, len(rows), 1000):  # a statement a thousand: migration 34's count runs once each
+                chunk = rows[start : start + 1000]
+                conn.execute(
+                    "INSERT INTO entry_vectors (org_id, entry_id, provider, model, dimension, content_hash, "
+                    f"embedded_at, embedding, vseq) VALUES {', '.join([_VECTOR_ROW] * len(chunk))} {VECTOR_UPSERT}",
+                    [value for row in chunk for value in row],
+                )
             conn.execute(
                 "DELETE FROM embed_outbox WHERE org_id = %s AND job_id = ANY(%s)",
                 (org_id, [r.job.job_id for r in group]),

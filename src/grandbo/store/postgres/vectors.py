@@ -22,6 +22,7 @@ from grandbo.model import CorpusStats, EmbeddingSpace
 from grandbo.ports import UNEMBEDDABLE, VECTOR_TIE_DIGITS, VectorHit
 from grandbo.store.postgres.connection import PostgresConnection
 from grandbo.store.postgres.dialect import COSINE_DISTANCE
+from grandbo.store.sql import corpus_counts
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
 
 
@@ -136,20 +137,11 @@ class VectorsMixin(PostgresConnection):
 
         def read() -> CorpusStats:
             with self._tx(org_id) as conn:
-                total = conn.execute(
-                    "SELECT count(*) FROM memory_entries WHERE org_id = %s AND status = 'active'", (org_id,)
-                ).fetchone()[0]  # type: ignore[index]
-                readable = stale = 0
-                if space is not None:
-                    readable, stale = conn.execute(
-                        "SELECT count(*) FILTER (WHERE v.provider = %(p)s AND v.model = %(m)s AND v.dimension = %(d)s "
-                        "                          AND v.content_hash = e.content_hash), "
-                        "       count(*) FILTER (WHERE NOT (v.provider = %(p)s AND v.model = %(m)s "
-                        "                                   AND v.dimension = %(d)s)) "
-                        "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
-                        "WHERE e.org_id = %(org)s AND e.status = 'active'",
-                        {"p": space.provider, "m": space.model, "d": space.dimension, "org": org_id},
-                    ).fetchone()  # type: ignore[misc]
+                found = conn.execute(corpus_counts.READ.format(p="%s"), (org_id,)).fetchone()
+                total = int(found[0]) if found else 0
+                readable, stale = corpus_counts.readable_and_stale(
+                    conn.execute(corpus_counts.READ_VECTORS.format(p="%s"), (org_id,)).fetchall(), space
+                )
                 pending, failed, unembeddable = conn.execute(
                     "SELECT count(*) FILTER (WHERE attempts < %(max)s), "
                     "count(*) FILTER (WHERE attempts >= %(max)s AND attempts <> %(u)s), "

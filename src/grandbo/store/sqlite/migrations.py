@@ -6,6 +6,7 @@ from __future__ import annotations
 from grandbo.store.base import REDERIVE_TERMS
 from grandbo.store.sql import (
     alert_indexes,
+    corpus_counts,
     erasing,
     holders,
     note_refs,
@@ -353,4 +354,5 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         ],
     ),
     odd_outcomes.migration(odd_outcomes.SQLITE, stored=False),
+    corpus_counts.SQLITE,
 ]

@@ -15,6 +15,7 @@ from grandbo.errors import EntryStateError
 from grandbo.model import CorpusStats, EmbeddingSpace, Status, utcnow
 from grandbo.ports import UNEMBEDDABLE, EmbedJob, EmbedResult, JobState
 from grandbo.store import fence, projection, queue
+from grandbo.store.sql import corpus_counts
 from grandbo.store.sql.holders import holder
 from grandbo.store.sql.outbox_holders import LOSS_MARKS, LOSSES
 from grandbo.store.sql.unembeddable import COUNT as COUNT_UNEMBEDDABLE
@@ -289,19 +290,11 @@ class Outbox(Connection):
     def corpus_stats(self, org_id: str, max_attempts: int) -> CorpusStats:
         space = self.space()
         with self._read() as db:
-            total = db.execute(
-                "SELECT count(*) FROM memory_entries WHERE org_id = ? AND status = 'active'", (org_id,)
-            ).fetchone()[0]
-            readable = stale = 0
-            if space is not None:
-                readable, stale = db.execute(
-                    "SELECT count(*) FILTER (WHERE v.provider = ? AND v.model = ? AND v.dimension = ? "
-                    "                          AND v.content_hash = e.content_hash), "
-                    "       count(*) FILTER (WHERE NOT (v.provider = ? AND v.model = ? AND v.dimension = ?)) "
-                    "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) "
-                    "WHERE e.org_id = ? AND e.status = 'active'",
-                    (space.provider, space.model, space.dimension) * 2 + (org_id,),
-                ).fetchone()
+            found = db.execute(corpus_counts.READ.format(p="?"), (org_id,)).fetchone()
+            total = int(found[0]) if found else 0
+            readable, stale = corpus_counts.readable_and_stale(
+                db.execute(corpus_counts.READ_VECTORS.format(p="?"), (org_id,)).fetchall(), space
+            )
             pending, failed, unembeddable = db.execute(
                 "SELECT count(*) FILTER (WHERE attempts < ?), count(*) FILTER (WHERE attempts >= ? AND attempts <> ?), "
                 "count(*) FILTER (WHERE attempts = ?) FROM embed_outbox WHERE org_id = ?",
@@ -310,11 +303,11 @@ class Outbox(Connection):
         return CorpusStats(
             org_id=org_id,
             total=total,
-            readable=readable or 0,
-            unreadable=total - (readable or 0),
+            readable=readable,
+            unreadable=total - readable,
             pending=pending or 0,
             failed=failed or 0,
             unembeddable=unembeddable or 0,
-            stale=stale or 0,
+            stale=stale,
             space=space,
         )

@@ -1,0 +1,142 @@
+"""An org's corpus counts (`stats`: `/v1/stats`, `grandbo stats`) are kept by the database as every write changes
+them (migration 34, `store/sql/corpus_counts.py`), and must be what counting every row again finds, after every
+kind of write, on both backends: a writer the triggers missed shows here as a count apart."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from grandbo.model import EmbeddingSpace, utcnow
+from grandbo.service import Grandbo
+
+# `corpus_stats` before migration 34: every active entry joined with its vector, every read.
+_FROM_SCRATCH = (
+    "SELECT (SELECT count(*) FROM memory_entries WHERE org_id = %s AND status = 'active'), "
+    "count(*) FILTER (WHERE v.provider = %s AND v.model = %s AND v.dimension = %s "
+    "AND v.content_hash = e.content_hash), "
+    "count(*) FILTER (WHERE NOT (v.provider = %s AND v.model = %s AND v.dimension = %s)) "
+    "FROM memory_entries e JOIN entry_vectors v USING (org_id, entry_id) WHERE e.org_id = %s AND e.status = 'active'"
+)
+_OTHER = EmbeddingSpace(provider="another", model="model-b", dimension=384)
+
+
+def _check(grandbo: Grandbo, raw: Any, *orgs: str) -> None:
+    """Each org's stats, and the counts the database keeps, equal to a count of every row, in the store's space."""
+    space = grandbo._store.space()
+    assert space is not None
+    for org in orgs:
+        where = (space.provider, space.model, space.dimension)
+        total, readable, stale = raw(_FROM_SCRATCH, (org, *where, *where, org), org)[0]
+        kept = raw("SELECT active_entries FROM orgs WHERE org_id = %s", (org,), org)
+        read = "SELECT provider, model, dimension, vectors, readable FROM vector_counts WHERE org_id = %s"
+        spaces = {(row[0], row[1], row[2]): (row[3], row[4]) for row in raw(read, (org,), org)}
+        counted = raw(
+            "SELECT v.provider, v.model, v.dimension, count(*), "
+            "count(*) FILTER (WHERE v.content_hash = e.content_hash) FROM memory_entries e "
+            "JOIN entry_vectors v USING (org_id, entry_id) WHERE e.org_id = %s AND e.status = 'active' "
+            "GROUP BY v.provider, v.model, v.dimension",
+            (org,),
+            org,
+        )
+        assert (kept[0][0] if kept else 0) == total, org
+        assert spaces == {(row[0], row[1], row[2]): (row[3], row[4]) for row in counted}, org
+        stats = grandbo.org(org).stats() if kept else None
+        if stats is not None:
+            assert (stats.total, stats.readable, stats.unreadable, stats.stale) == (
+                total, readable, total - readable, stale
+            ), org  # fmt: skip
+
+
+def _fail(grandbo: Grandbo, org: str, limit: int, times: int) -> None:
+    """`limit` of the org's embed jobs claimed, and failed `times` times."""
+    store = grandbo._store
+    jobs = store.claim_jobs(limit, grandbo.settings.embed_max_attempts, org)
+    for _ in range(times):
+        store.fail_jobs(jobs, "provider down", utcnow())
+
+
+def test_the_kept_counts_are_what_a_count_of_every_row_finds_after_every_kind_of_write(grandbo, raw, tmp_path):
+    store, attempts = grandbo._store, grandbo.settings.embed_max_attempts
+    acme, beta = grandbo.org("acme", create=True), grandbo.org("beta", create=True)
+    written = acme.remember_many([{"title": f"replica lag number {n}", "body": "orders db"} for n in range(8)])
+    beta.remember({"title": "beta's own entry", "body": "never counted in acme"})
+    _check(grandbo, raw, "acme", "beta")
+    # With their vectors, as an import writes them: 200 and more rows go through Postgres's staging tables.
+    batch = [{"title": f"imported finding {n}", "body": "cache stampede"} for n in range(210)]
+    vectors = grandbo.provider().embed([f"{e['title']}\n{e['body']}" for e in batch])
+    acme.remember_many(batch, vectors=list(vectors))
+    _check(grandbo, raw, "acme")
+    space = store.space()
+    store.switch_space(_OTHER)  # every vector of the old space stale, every entry queued again
+    assert acme.stats().stale == 218 and acme.stats().pending == 218
+    _check(grandbo, raw, "acme", "beta")
+    _fail(grandbo, "acme", 2, 1)
+    _fail(grandbo, "acme", 1, attempts)
+    store.mark_unembeddable(store.claim_jobs(1, attempts, "acme"), "all zeros")
+    stats = acme.stats()
+    assert (stats.failed, stats.unembeddable) == (1, 1)
+    store.switch_space(space)  # back: the old vectors readable again
+    _check(grandbo, raw, "acme", "beta")
+    acme.backfill()  # complete_jobs, retry_failed
+    _check(grandbo, raw, "acme", "beta")
+    first = sorted(acme.entries(), key=lambda entry: entry.id)
+    acme.correct(first[0].id, {"body": "orders db, corrected"}, actor="api")  # supersedes: a new pending entry
+    acme.retire(first[1].id, reason="wrong")
+    acme.purge(first[2].id, reason="secret", actor="admin")
+    _check(grandbo, raw, "acme")
+    acme.backfill()
+    _check(grandbo, raw, "acme")
+    grandbo.reembed("deterministic", every_entry=True)  # every vector deleted and embedded again
+    _check(grandbo, raw, "acme", "beta")
+    acme.org_settings.set_language("german")  # every entry's terms derived again
+    _check(grandbo, raw, "acme")
+    acme.erasure.purge_text("replica lag number 4", reason="leaked", actor="admin")
+    _check(grandbo, raw, "acme")
+    acme.rebuild(replace=True)
+    _check(grandbo, raw, "acme")
+    exported = tmp_path / "acme.jsonl"
+    acme.export_log(exported)
+    gamma = grandbo.org("gamma", create=True)
+    gamma.import_log(exported, reembed=True)
+    _check(grandbo, raw, "gamma")
+    assert gamma.stats().total == acme.stats().total
+    grandbo.drop_org("beta")
+    _check(grandbo, raw, "beta")
+    assert raw("SELECT count(*) FROM vector_counts WHERE org_id = %s", ("beta",), "beta") == [(0,)]
+    again = grandbo.org("beta", create=True)  # a same-named org starts from nothing
+    again.remember({"title": "the new beta's entry"})
+    again.backfill()
+    _check(grandbo, raw, "acme", "beta", "gamma")
+    assert again.stats().total == 1 and len(written) == 8
+
+
+def test_a_write_of_an_entry_and_one_of_its_vector_in_two_transactions_are_counted_one_after_the_other(
+    grandbo, raw, settings, backend
+):
+    """Each trigger counts the other table's rows after the org's writer lock: the second of two overlapping
+    writes waits for the first to commit and sees its rows. Without it, each counted the entry as the other had
+    not changed it yet, and its vector was taken off twice."""
+    if backend == "sqlite":
+        pytest.skip("SQLite's one writer holds the whole database: two writes never overlap")
+    entries = grandbo.org("acme", create=True).remember_many([{"title": f"queue backlog on host {n}"} for n in (1, 2)])
+    retire = "UPDATE memory_entries SET status = 'retired' WHERE org_id = 'acme' AND entry_id = %s"
+    unvector = "DELETE FROM entry_vectors WHERE org_id = 'acme' AND entry_id = %s"
+    for (first, second), entry in zip([(retire, unvector), (unvector, retire)], entries, strict=True):
+        with psycopg.connect(settings.database_url) as one, psycopg.connect(settings.database_url) as two:
+            for conn in (one, two):
+                conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
+            one.execute(first, (entry.id,))
+            waiting = threading.Thread(target=lambda: (two.execute(second, (entry.id,)), two.commit()))
+            waiting.start()
+            for _ in range(200):  # until the second waits for the first's lock (a bounded look, no timing)
+                if raw("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")[0][0]:
+                    break
+                time.sleep(0.02)
+            one.commit()
+            waiting.join()
+        _check(grandbo, raw, "acme")
