@@ -129,12 +129,12 @@ def test_four_stats_of_one_org_at_once_ask_the_database_for_one_count_at_a_time(
     memory = grandbo.org("acme", create=True)
     memory.remember_many([{"title": f"entry {n}", "body": "pool exhausted"} for n in range(5)], actor="test")
     # Reads waiting for the owner's lock (pg_locks: the runtime role's sessions are not the owner's to see)
-    waiting_sql = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'entry_vectors'::regclass"
+    waiting_sql = "SELECT count(*) FROM pg_locks WHERE NOT granted AND relation = 'vector_counts'::regclass"
     with (
         psycopg.connect(owner_url(settings.database_url)) as owner,
         psycopg.connect(owner_url(settings.database_url), autocommit=True) as watcher,
     ):
-        owner.execute("LOCK TABLE entry_vectors IN ACCESS EXCLUSIVE MODE")
+        owner.execute("LOCK TABLE vector_counts IN ACCESS EXCLUSIVE MODE")
         with ThreadPoolExecutor(4) as pool:
             asked = [pool.submit(lambda: grandbo.org("acme").stats()) for _ in range(4)]
 

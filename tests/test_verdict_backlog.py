@@ -224,7 +224,8 @@ def test_the_unembeddable_jobs_an_empty_answer_counts_are_sought_by_an_index(gra
             conn.execute("SELECT set_config('grandbo.org_id', 'acme', true)")
             conn.execute("SET enable_seqscan = off")  # the outbox is empty here: whether an index serves it
             plan = "\n".join(row[0] for row in conn.execute("EXPLAIN " + statement.format(p="%s"), ("acme",)))
-    assert "embed_outbox_unembeddable" in plan, plan
+    # (migration 34's index of every job by its attempts, which the corpus counts read, serves it as well)
+    assert "embed_outbox_unembeddable" in plan or "embed_outbox_by_attempts" in plan, plan
     from grandbo.store.sql.unembeddable import COUNT
 
     assert statement == COUNT
