@@ -266,6 +266,40 @@ def test_the_same_new_group_sent_to_two_requests_at_once_is_triaged_once_and_fre
     assert len(kept) == 40 and {a.state for a in kept} == {"recalled"} and stats.done == 1 + 40
 
 
+def test_large_groups_sent_again_with_nothing_new_leave_the_alert_pool_triaging_every_orgs_alerts(settings):
+    """Alertmanager sends a group again every group_interval. A large one with nothing new queued an empty batch in
+    the alert-triage pool, and the thread that came to it died (probe 32): two such resends, once the alerts sent
+    first were triaged, ended the pool's two threads, and from then on every organization's large deliveries were
+    stored, answered 202 and never triaged in that process."""
+    with _served(settings.home.parent, ("acme", "gamma", "beta"), base=settings) as (grandbo, _, clients):
+        pool = grandbo.pools.alerts
+        assert pool is not None
+        resent = []
+        for org in ("acme", "gamma"):  # one resend a thread of the pool, each of its own org
+            first = _post(clients[org], _alertmanager(org[0], 20))
+            assert first.status_code == 202 and pool.idle(60), first.text  # triaged before the group comes again
+            resent.append(_post(clients[org], _alertmanager(org[0], 20)))
+        other = _post(clients["beta"], _alertmanager("b", 20))
+        drained = pool.idle(60)
+        kept = grandbo.org("beta").alerts.recent(50)
+    assert [(again.status_code, again.json()["new"]) for again in resent] == [(200, 0)] * 2
+    assert other.status_code == 202 and drained, "beta's alerts are still waiting for a thread of the pool"
+    assert len(kept) == 20 and {a.state for a in kept} == {"recalled"}
+
+
+def test_an_empty_batch_queues_nothing_and_the_pools_thread_serves_the_next_task():
+    from grandbo.pools import BoundedPool
+
+    pool = BoundedPool("test", workers=1, queue=9, org_share=0.5)
+    with pool.reserve("acme", 3) as acme:
+        assert acme.submit_all([]) == []  # a resent group: nothing new to triage
+    done = pool.submit("beta", lambda: "served")
+    try:
+        assert done.result(timeout=30) == "served"
+    finally:
+        pool.shutdown(wait=False, timeout=5)
+
+
 def test_a_small_redelivery_with_nothing_new_is_taken_while_the_triage_pool_has_no_room(settings):
     """A small delivery is triaged before its answer, so it needs room in the triage pool, but only for an alert
     it triages: one with nothing new used to be refused 429 when its org's share of that pool was taken."""

@@ -135,6 +135,25 @@ def test_a_request_that_does_not_arrive_in_time_is_answered_408_and_closed(tmp_p
             assert client.post("/v1/recall", json=RECALL).status_code == 200
 
 
+def test_a_body_that_does_not_arrive_in_time_is_logged_as_its_clients_not_as_a_server_error(tmp_path: Path) -> None:
+    """A webhook sent slowly (probe 32) was answered 408 and logged `status: 500`: every count of the server's
+    failures rose with a slow client's requests."""
+    import structlog
+
+    from grandbo.logs import configure
+
+    configure("INFO")  # what `grandbo serve` sets
+    try:
+        with _served(tmp_path, http_read_seconds=1) as (served, keys), structlog.testing.capture_logs() as logs:
+            with _begun(_port(served), WEBHOOK, 1000, keys["acme"], sent=10) as sock:  # admitted; its body stalls
+                assert _answer(sock)[0] == 408
+            until(lambda: any(line["event"] == "http.request" for line in logs), "the request was logged")
+    finally:
+        configure()
+    lines = [(line["route"], line["status"]) for line in logs if line["event"] == "http.request"]
+    assert lines == [(WEBHOOK, 499)], lines  # (its body never read, its route never matched)
+
+
 FILES = 256  # the server's open-file limit, soft and hard
 HALF_SENT = 400  # half-sent requests, more than it has files
 

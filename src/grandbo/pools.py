@@ -137,7 +137,11 @@ class BoundedPool:
     def _queue_tasks(
         self, org: str, tasks: Sequence[tuple[Callable[[], Any], Future[Any]]], deadline: float | None
     ) -> None:
-        """Queue `tasks` of `org` (each with its Future), then count and wake the threads once."""
+        """Queue `tasks` of `org` (each with its Future), then count and wake the threads once. No tasks (a group
+        sent again with nothing new to triage) queue nothing: an org's queue in `_waiting` is never empty, which
+        `_next` relies on (an empty one ended the thread that took it, and so the pool)."""
+        if not tasks:
+            return
         queue = self._waiting.setdefault(org, deque())
         for task, future in tasks:
             queued = _Task(org, task, future, deadline)
