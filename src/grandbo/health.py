@@ -166,7 +166,8 @@ class _Watched:
         try:
             checked = embed_checked(self._inner, texts, purpose)
         except EmbeddingError as error:
-            self._health.failed(error)
+            if not error.detail.get("topic_only"):  # a slow topic's own timeout is no sign of the provider's state
+                self._health.failed(error)
             raise
         # An all-zero vector (a text with nothing to embed) is the provider's honest answer: handed on as it came.
         return [v if v is not None else np.zeros(self.dimension, dtype=np.float32) for v in checked]
