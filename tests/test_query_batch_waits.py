@@ -19,7 +19,9 @@ from grandbo.embeddings.base import get_provider
 from grandbo.embeddings.batching import QueryBatcher, embedded
 from grandbo.errors import ProviderUnavailableError
 from grandbo.health import Health
+from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, vector_for
+from tests.serving import serving, until
 
 
 def _settings(url: str, timeout_s: float) -> Settings:
@@ -76,3 +78,34 @@ def test_a_topic_that_timed_out_its_batch_is_sent_alone_and_costs_no_other_recal
             batcher.close()
     asked = [request["body"]["input"] for request in fake.behaviour.requests]
     assert ["kafka lag topic of another org"] in asked and ["slow topic of one org"] in asked
+
+
+def test_a_served_recall_answers_by_words_while_the_retry_after_runs_and_no_probe_is_sent(tmp_path):
+    """Before, the health probe (every GRANDBO_PROVIDER_PROBE_SECONDS, asked for by /readyz and recalls) was sent
+    during the Retry-After; answered, the process was ready again and every recall sent its topic."""
+    with FakeEmbeddings(dimension=8) as fake:
+        settings = Settings(home=tmp_path / "home", openai_base_url=fake.url, openai_model="fake-embed",
+                            openai_dimension=8, openai_api_key="test-key", http_timeout_seconds=30,
+                            vector_min_similarity=-1.0, provider_probe_seconds=0.01)  # fmt: skip
+        with Grandbo.init(settings, embedding="openai") as made:
+            memory = made.org("acme", create=True)
+            memory.remember({"title": "Redis evictions on auth-service", "body": "maxmemory reached, keys evicted"})
+            _, key = memory.keys.create("read", name="reader")
+        fake.behaviour.status, fake.behaviour.retry_after = 429, "120"
+        with (
+            Grandbo.open(settings, batch_queries=True) as grandbo,
+            serving(grandbo) as served,
+            served.client(key) as client,
+        ):
+            topic = {"topic": "redis keys evicted on auth-service under memory pressure"}
+            limited = client.post("/v1/recall", json=topic).json()
+            assert limited["hits"] and any("vector arm skipped" in note for note in limited["notes"])
+            fake.behaviour.status = 200
+            sent = len(fake.behaviour.requests)
+            for _ in range(3):  # each asks for a probe (one at a time, 10 ms apart at least)
+                assert client.get("/readyz").json()["status"] == "degraded"
+                until(lambda: not grandbo.health._probing, "the probe ended")
+                answer = client.post("/v1/recall", json=topic).json()
+                assert answer["hits"] and any("vector arm skipped" in note and "Retry-After" in note
+                                              for note in answer["notes"])  # fmt: skip
+            assert len(fake.behaviour.requests) == sent
