@@ -17,7 +17,7 @@ import pytest
 from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
 from grandbo.embeddings.batching import QueryBatcher, embedded
-from grandbo.errors import ProviderUnavailableError
+from grandbo.errors import EmbeddingError, ProviderUnavailableError
 from grandbo.health import Health
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, vector_for
@@ -109,3 +109,34 @@ def test_a_served_recall_answers_by_words_while_the_retry_after_runs_and_no_prob
                 assert answer["hits"] and any("vector arm skipped" in note and "Retry-After" in note
                                               for note in answer["notes"])  # fmt: skip
             assert len(fake.behaviour.requests) == sent
+
+
+def _degraded_by_a_refused_topic(refused: str) -> bool:
+    """Whether the recall of a topic batched with another org's and refused (`refused`: in the topics the fake
+    refuses) marks the process degraded; it goes lexical either way."""
+    with FakeEmbeddings(dimension=8) as fake:
+        fake.behaviour.reject_for.add(refused)
+        fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
+        batcher = QueryBatcher(get_provider("openai", _settings(fake.url, 30)), lanes=1)
+        health = Health(15.0, lambda: batcher, store=None)
+        try:
+            first = batcher.ask("first topic, held by the provider")
+            while not fake.behaviour.requests:  # the lane is asking for the first: the next two wait together
+                threading.Event().wait(0.01)
+            evil, victim = batcher.ask("poison topic of one org"), batcher.ask("disk full topic of another org")
+            fake.behaviour.hold.set()
+            first.exception(timeout=30), victim.exception(timeout=30)
+            with embedded(batcher, "poison topic of one org", evil), pytest.raises(EmbeddingError):
+                health.for_recall().embed(["poison topic of one org"], "query")
+            return health.error() is not None
+        finally:
+            fake.behaviour.hold.set()
+            batcher.close()
+
+
+def test_a_topic_found_at_fault_by_halving_does_not_mark_the_process_degraded():
+    """The others' recalls, batched with it, had their vectors, and every other org's recall after it keeps its
+    vector search too. Before, its error marked the process degraded: every recall went lexical until a probe
+    answered (GRANDBO_PROVIDER_PROBE_SECONDS)."""
+    assert not _degraded_by_a_refused_topic("poison")
+    assert _degraded_by_a_refused_topic("")  # a provider that refuses every topic (any text) still marks it degraded

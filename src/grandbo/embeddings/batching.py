@@ -12,7 +12,8 @@ words, its explanation saying why). A batch that timed out marks its topics slow
 meanwhile, after the other queries of its batch, so that a topic that makes the provider slow costs the recalls
 batched with it their vector arm once, not every time it is asked. (Not asked again alone at once: the recall's budget,
 one call's timeout, was spent by the batch.) A slow topic's own timeout then is the topic's, not the provider's
-(`topic_only` in its detail): the process is not marked degraded for it (`health`).
+(`topic_only` in its detail): the process is not marked degraded for it (`health`), nor for a topic found at fault
+by halving a refused batch.
 
 A server's route may ask for its query's embedding ahead (`ask`), wait for it on the event loop rather than on a
 thread of its own, and then run its recall on a thread inside `embedded`, where the recall's embedding of that
@@ -195,13 +196,14 @@ class QueryBatcher:
         until = time.monotonic() + self.budget_s
         answer = self._embedded(model, batch)
         if alone and isinstance(answer, EmbeddingError) and answer.detail.get("timed_out"):
-            answer = type(answer)(answer.message, detail={**answer.detail, "topic_only": True})
+            answer = _topic_only(answer)
         if not isinstance(answer, BaseException):
             self._answered(batch, answer)
             return
         Apart[tuple[str, Future[Sequence[float]]], Vectors](lambda queries: self._embedded(model, queries),
               lambda: not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException),
-              self._answered, self._answered, until).run(batch, answer)  # fmt: skip
+              self._answered, self._answered, until,
+              alone=lambda queries, error: self._answered(queries, _topic_only(error))).run(batch, answer)  # fmt: skip
 
     def _embedded(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> Vectors | BaseException:
         """The provider's vectors for the batch's texts, or its error."""
@@ -243,6 +245,14 @@ class QueryBatcher:
             return
         for (_, done), vector in zip(batch, answer, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
+
+
+def _topic_only(error: BaseException) -> BaseException:
+    """`error` marked as one topic's own (`topic_only` in its detail): a slow topic's timeout when sent alone, a
+    topic found at fault by halving its batch; the process is not marked degraded for it (`health`)."""
+    if not isinstance(error, EmbeddingError):
+        return error
+    return type(error)(error.message, detail={**error.detail, "topic_only": True})
 
 
 @contextmanager
