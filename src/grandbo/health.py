@@ -89,8 +89,10 @@ class Health:
         answers lexically, with a note, instead of waiting a timeout per query) and a probe."""
         if (error := self._error) is not None:
             self.probe_if_due(self._probe)
+            limited = "retry_after_s" in error.detail
+            waits = " and asked to be sent nothing for a while (its Retry-After)" if limited else ""
             raise ProviderUnavailableError(
-                f"the embedding provider is not answering ({error.code}); recall is lexical only until it does",
+                f"the embedding provider is not answering ({error.code}){waits}; recall is lexical only until it does",
                 detail={"provider_error": error.code},
             )
         return _Watched(self._provider(), self)
@@ -166,7 +168,8 @@ class _Watched:
         try:
             checked = embed_checked(self._inner, texts, purpose)
         except EmbeddingError as error:
-            self._health.failed(error)
+            if not error.detail.get("topic_only"):  # a slow topic's own timeout is no sign of the provider's state
+                self._health.failed(error)
             raise
         # An all-zero vector (a text with nothing to embed) is the provider's honest answer: handed on as it came.
         return [v if v is not None else np.zeros(self.dimension, dtype=np.float32) for v in checked]

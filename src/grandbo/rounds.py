@@ -74,14 +74,14 @@ class Rounds:
     def drain(self) -> RoundReport:
         """Rounds until neither kind has work ready (`grandbo worker --once`): the embedding stops early when the
         provider fails (its jobs wait for their retry time), as `EmbedWorker.drain` does."""
-        total = RoundReport()
+        total, asked = RoundReport(), set[tuple[str, int]]()
         embedding, redriving = True, True
         while embedding or redriving:
             if embedding:
                 self._doing("embed")
-                report = self.embed.run_once()
+                report = self.embed.run_once(asked=asked)
                 total.embed.add(report)
-                embedding = report.claimed > 0 and not report.failed
+                embedding = report.claimed > 0 and not report.failing
             if redriving:
                 self._doing("write-behind")
                 redriven = self.redriver.run_once()

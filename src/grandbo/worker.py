@@ -52,13 +52,17 @@ LOOK_S = 10.0  # how often a worker looks for embed job leases whose holder is g
 
 @dataclass
 class DrainReport:
-    """What one drain did."""
+    """What one drain did. `failed` counts the jobs whose attempt failed, a text refused alone among them (its claim
+    went on: `EmbedWorker._apart`); `failing`, whether a claim stopped because the provider failed a batch whole (an
+    outage, a Retry-After, the account refused, every request refused, halves past the claim's time): a drain stops
+    there, not for a text that failed alone."""
 
     claimed: int = 0
     embedded: int = 0
     failed: int = 0
     unembeddable: int = 0  # entries newly found to have no vector (settled: lexical only, not an error)
     errors: list[str] = field(default_factory=list)
+    failing: bool = False
 
     def add(self, other: DrainReport) -> None:
         self.claimed += other.claimed
@@ -66,6 +70,7 @@ class DrainReport:
         self.failed += other.failed
         self.unembeddable += other.unembeddable
         self.errors.extend(other.errors)
+        self.failing = self.failing or other.failing
 
 
 class EmbedWorker:
@@ -119,7 +124,7 @@ class EmbedWorker:
         batch = seconds / max(1, texts) * self.batch_size
         self._batch_seconds = batch if self._batch_seconds is None else 0.7 * self._batch_seconds + 0.3 * batch
 
-    def run_once(self, org_id: str | None = None) -> DrainReport:
+    def run_once(self, org_id: str | None = None, asked: set[tuple[str, int]] | None = None) -> DrainReport:
         """Claim up to CLAIM_BATCHES provider batches (fewer for a slow provider, one until a batch is timed:
         `_claim_batches`) and process them; an empty report means nothing was ready (or the provider asked to wait).
 
@@ -130,7 +135,8 @@ class EmbedWorker:
         on) or when writing a batch's vectors fails. The jobs whose last attempt lost their worker (`EmbedJob.lost`)
         are embedded last, in a batch of their own (each alone: `EmbedJob.alone`). Before it claims, the leases of
         workers proved gone are ended (`take_over`). Nothing is claimed while the provider's last Retry-After runs
-        (its rate limit is every org's)."""
+        (its rate limit is every org's). `asked` (a drain's, filled in here): the jobs asked already, given back
+        unasked when claimed again (a text refused alone, ready again at once with GRANDBO_EMBED_RETRY_SECONDS=0)."""
         report = DrainReport()
         if time.monotonic() < self._quiet_until:
             return report
@@ -140,6 +146,9 @@ class EmbedWorker:
         claimed_at = time.monotonic()
         jobs = self.store.claim_jobs(size * self._claim_batches(), settings.embed_max_attempts, org_id, lease,
                                      settings.embed_retry_seconds, lost_batch=size)  # fmt: skip
+        if asked is not None and (again := [job for job in jobs if (job.org_id, job.job_id) in asked]):
+            self.store.release_jobs(again)
+            jobs = [job for job in jobs if (job.org_id, job.job_id) not in asked]
         # The jobs whose last attempt lost its worker (a batch of them at most, or one) are embedded in a batch of
         # their own, after the rest: were a text of theirs what ends the worker, it takes no fresh job with it, and
         # the others are filed first.
@@ -167,6 +176,7 @@ class EmbedWorker:
                     # failed whole, another org's entries with the text at fault to the end of their attempts.)
                     if self._apart(batch, caught, report, claimed_at + lease / 2):
                         continue
+                    report.failing = True
                     break
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
                     self._measured(len(batch), time.monotonic() - began)
@@ -176,6 +186,8 @@ class EmbedWorker:
                     done -= len(batch)
                     raise
         finally:
+            if asked is not None:  # (not those given back unasked: the budget spent, a write refused)
+                asked.update((job.org_id, job.job_id) for job in jobs[:done])
             if done < len(jobs):
                 self.store.release_jobs(jobs[done:])
                 report.claimed -= len(jobs) - done
@@ -284,12 +296,14 @@ class EmbedWorker:
         report.embedded += self.store.complete_jobs(self.space, results)
 
     def drain(self, org_id: str | None = None) -> DrainReport:
-        """Process batches until none is ready (failed jobs wait for their retry time)."""
-        total = DrainReport()
+        """Process batches until none is ready (failed jobs wait for their retry time; each job is asked once a drain),
+        or the provider fails a batch whole (`DrainReport.failing`); a text it refused alone stops nothing: the other
+        jobs are embedded."""
+        total, asked = DrainReport(), set[tuple[str, int]]()
         while True:
-            report = self.run_once(org_id)
+            report = self.run_once(org_id, asked)
             total.add(report)
-            if report.claimed == 0 or report.failed:  # nothing ready, or the provider is failing: stop
+            if report.claimed == 0 or report.failing:  # nothing ready, or the provider is failing: stop
                 return total
 
     def maintain(self) -> list[str]:
@@ -320,7 +334,7 @@ class EmbedWorker:
                     # A claim at a time, as `drain`, but a stop is seen between claims: a closing server gives its
                     # claim back done, not mid-backlog at exit, whose leases would run out and count as lost.
                     report = self.run_once()
-                    if report.claimed and not report.failed:
+                    if report.claimed and not report.failing:  # (a text refused alone: the next claim at once)
                         continue
                 except (StoreUnavailableError, StoreFullError) as error:  # an outage, a full disk: one line
                     log.warning("worker.store_refused", code=error.code, error=error.message)

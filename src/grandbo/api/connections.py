@@ -12,7 +12,8 @@ one connection sent 300 MB of headers (probe 22b). Here:
   upload_stalled and removes what came; this deadline, a second later, is the backstop). Time the server itself
   is not reading (the request waits for its org's turn, `ratelimit.OrgSlots`) is not the client's: not counted;
 * its line and headers take at most GRANDBO_HTTP_MAX_HEADER_KB, else 431 and the connection closes; bytes the
-  parser refuses (a NUL in a header) are a 400 `bad_request` in the API's error shape too, not uvicorn's plain text;
+  parser refuses (a NUL in a header, a bad Content-Length, TLS sent to this port) are a 400 `bad_request` in the
+  API's error shape too, not uvicorn's plain text, saying what is wrong (`parser_refusal`, its reason in the detail);
 * the process keeps at most `cap` connections (GRANDBO_HTTP_MAX_CONNECTIONS, lowered below the open-file limit):
   one past it closes the oldest connection that runs no request (idle, or still sending its request: that one
   gets 503 with Retry-After), so a client holding many half-sent requests loses its oldest to anyone who
@@ -25,11 +26,13 @@ from __future__ import annotations
 import asyncio
 import json
 import resource
+import sys
 import time
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any, ClassVar
 
+import httptools
 import structlog
 import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
@@ -59,6 +62,45 @@ INVALID_BODY_REMEDY = (
     "Frame each chunk as HTTP/1.1 says (`<hex size>\\r\\n<data>\\r\\n`, ended by `0\\r\\n\\r\\n`), or send the body "
     "with Content-Length instead, on a new connection: this one is closed."
 )
+_CLOSED = ", on a new connection: this one is closed."
+# What the parser's reason (llhttp's words, never the client's bytes) says is wrong, checked in order: a message and
+# its remedy each. A reason none names (a header's byte, the request line) gets INVALID_HTTP's, or INVALID_BODY's.
+_REASONS = (
+    (
+        "can't be present with",
+        "Invalid HTTP request: it has both a Content-Length and a Transfer-Encoding header, "
+        "which HTTP/1.1 forbids (each frames the body its own way).",
+        f"Send one of them: Content-Length with the body's size in bytes, or Transfer-Encoding: chunked alone{_CLOSED}",
+    ),
+    (
+        "content-length",
+        "Invalid HTTP request: its Content-Length is not one number of bytes (a character that is not "
+        "a decimal digit, a number too large, or two Content-Length headers).",
+        f"Send a single Content-Length of decimal digits only, the body's size in bytes{_CLOSED}",
+    ),
+    (
+        "transfer-encoding",
+        "Invalid HTTP request: its Transfer-Encoding does not end with chunked, so the end of its "
+        "body cannot be known.",
+        f"Send Transfer-Encoding: chunked (last of its codings), or Content-Length{_CLOSED}",
+    ),
+)
+TLS_TO_HTTP = "Invalid HTTP request: a TLS handshake (https://) was sent to this port, which speaks plain HTTP."
+TLS_TO_HTTP_REMEDY = (
+    "Connect to this port with http://, or serve HTTPS through a TLS-terminating proxy in front of `grandbo serve`."
+)
+_TLS_RECORD = b"\x16\x03"  # a TLS handshake record's first bytes (content type 22, version 3.x): no HTTP method's
+
+
+def parser_refusal(reason: str, read: bytes, in_headers: bool) -> tuple[str, str]:
+    """The message and remedy of a 400 for bytes the HTTP parser refused with `reason` (its error's words) in `read`,
+    in the request's line and headers or (not `in_headers`) its body."""
+    if in_headers and read.startswith(_TLS_RECORD):
+        return TLS_TO_HTTP, TLS_TO_HTTP_REMEDY
+    for words, message, remedy in _REASONS:
+        if words in reason.lower():
+            return message, remedy
+    return (INVALID_HTTP, INVALID_HTTP_REMEDY) if in_headers else (INVALID_BODY, INVALID_BODY_REMEDY)
 
 
 @dataclass
@@ -99,6 +141,7 @@ class BoundedProtocol(HttpToolsProtocol):
         self._head_seen = 0  # the line and headers of the request being read, as the parser handed them over
         self._streamed = False  # an import's upload: the deadline is a pause's, not the whole request's
         self._answered = False  # a request of ours was sent: the parser's complaints that follow are not
+        self._read = b""  # the read being parsed (a 400 tells TLS sent to this port by its first bytes)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         shared = self.shared
@@ -143,7 +186,7 @@ class BoundedProtocol(HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._answered:
             return
-        self._earlier, self._before_begin = 0, -1
+        self._earlier, self._before_begin, self._read = 0, -1, data
         super().data_received(data)
         if self._in_headers and not self._answered:
             # The read's bytes from its request's beginning: all of them, unless the request began in this read, after
@@ -156,12 +199,16 @@ class BoundedProtocol(HttpToolsProtocol):
                 self._refuse_head()
 
     def send_400_response(self, msg: str) -> None:
-        # httptools refused the bytes (a NUL or another control character in a header, a broken request line, or,
-        # the head read, a chunked body's framing): uvicorn answered it in plain text, every other answer is in the
-        # API's error shape
+        # httptools refused the bytes (a NUL or another control character in a header, a broken request line, a bad
+        # Content-Length, TLS sent to this port, or, the head read, a chunked body's framing): uvicorn answered it in
+        # plain text, every other answer is in the API's error shape. uvicorn passes no reason (`msg` is always
+        # "Invalid HTTP request received."): it calls this within its `except httptools.HttpParserError`, whose
+        # error, the one being handled, holds the parser's.
         if not self._answered:
-            said = (INVALID_HTTP, INVALID_HTTP_REMEDY) if self._in_headers else (INVALID_BODY, INVALID_BODY_REMEDY)
-            self._send(400, error_body("bad_request", *said))
+            refused = sys.exception()
+            reason = str(refused) if isinstance(refused, httptools.HttpParserError) else ""
+            message, remedy = parser_refusal(reason, self._read, self._in_headers)
+            self._send(400, error_body("bad_request", message, remedy, {"parser": reason} if reason else None))
 
     # The parser's callbacks, none once the connection was answered and closed (`_refuse`) in the read being parsed.
 

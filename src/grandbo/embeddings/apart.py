@@ -37,7 +37,9 @@ class Apart(Generic[Item, Answer]):
     """One batch's halving. `ask`: the provider's answer for the items, or its error (raised by nothing);
     `canary`: whether the provider embeds `CANARY` alone; `answered`: settle items with a usable answer; `refused`:
     settle items with an error (the caller counts the attempt); `give_back`: items not asked, after an outage
-    (None: `refused` with the outage's error); `until`: the time.monotonic() past which no provider call starts."""
+    (None: `refused` with the outage's error); `until`: the time.monotonic() past which no provider call starts;
+    `alone`: settle one item found at fault by the halving, the provider having answered a half or `CANARY` meanwhile
+    (its error is the text's own, not the provider's state; None: `refused`)."""
 
     ask: Callable[[list[Item]], Answer | BaseException]
     canary: Callable[[], bool]
@@ -45,6 +47,7 @@ class Apart(Generic[Item, Answer]):
     refused: Callable[[list[Item], BaseException], None]
     until: float
     give_back: Callable[[list[Item], BaseException], None] | None = None
+    alone: Callable[[list[Item], BaseException], None] | None = None
     _settled: set[int] = field(default_factory=set)  # id() of each item settled or given back
 
     def run(self, batch: list[Item], caught: BaseException) -> bool:
@@ -64,10 +67,12 @@ class Apart(Generic[Item, Answer]):
     def time_left(self) -> bool:
         return time.monotonic() < self.until
 
-    def _apart(self, batch: list[Item], caught: BaseException, texts: bool) -> bool:
-        """`texts`: `CANARY` was embedded since the batch failed."""
+    def _apart(self, batch: list[Item], caught: BaseException, texts: bool, proven: bool = False) -> bool:
+        """`texts`: `CANARY` was embedded since the batch failed; `proven`: the provider answered a half or `CANARY`
+        since (a half of the batch that failed: all but the first call)."""
         if len(batch) == 1 or not texts_fault(caught) or not self.time_left():
-            self._refuse(batch, caught)
+            own = proven and len(batch) == 1 and texts_fault(caught) and self.alone is not None
+            self._refuse(batch, caught, alone=own)
             return len(batch) == 1 and texts_fault(caught)
         halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]
         tried: list[tuple[list[Item], Answer | BaseException]] = []
@@ -96,7 +101,7 @@ class Apart(Generic[Item, Answer]):
                 self._refuse(half, refused)
             return False
         for number, (half, refused) in enumerate(failed):
-            if not self._apart(half, refused, texts):
+            if not self._apart(half, refused, texts, proven=True):
                 for other, its in failed[number + 1 :]:
                     self._refuse(other, its)
                 return False
@@ -106,6 +111,9 @@ class Apart(Generic[Item, Answer]):
         self.answered(items, answer)
         self._settled.update(id(item) for item in items)
 
-    def _refuse(self, items: list[Item], error: BaseException, *, back: bool = False) -> None:
-        (self.give_back if back and self.give_back is not None else self.refused)(items, error)
+    def _refuse(self, items: list[Item], error: BaseException, *, back: bool = False, alone: bool = False) -> None:
+        if alone and self.alone is not None:
+            self.alone(items, error)
+        else:
+            (self.give_back if back and self.give_back is not None else self.refused)(items, error)
         self._settled.update(id(item) for item in items)

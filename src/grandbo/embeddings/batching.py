@@ -6,6 +6,15 @@ one thread sends the model every query waiting at that moment, in one call. Alon
 (no waiting window: no latency added); under load, the queries that arrive while the model works on one
 batch form the next. Document embeddings (the worker's) pass straight through.
 
+The provider's Retry-After (a 429) is honoured as the embed worker honours it (`worker.EmbedWorker._quiet_until`):
+until it runs out, every query is answered at once with an error saying so, nothing is sent (a recall answers by its
+words, its explanation saying why). A batch that timed out marks its topics slow for SLOW_S: each is sent alone
+meanwhile, after the other queries of its batch, so that a topic that makes the provider slow costs the recalls
+batched with it their vector arm once, not every time it is asked. (Not asked again alone at once: the recall's budget,
+one call's timeout, was spent by the batch.) A slow topic's own timeout then is the topic's, not the provider's
+(`topic_only` in its detail): the process is not marked degraded for it (`health`), nor for a topic found at fault
+by halving a refused batch.
+
 A server's route may ask for its query's embedding ahead (`ask`), wait for it on the event loop rather than on a
 thread of its own, and then run its recall on a thread inside `embedded`, where the recall's embedding of that
 text is the one asked for: no thread is held for the wait, so fewer threads contend for the GIL.
@@ -25,13 +34,22 @@ from contextvars import ContextVar
 from grandbo.config import Settings
 from grandbo.embeddings.apart import Apart
 from grandbo.embeddings.base import CANARY, Provider, Purpose, Vectors, get_provider, space_of
-from grandbo.errors import EmbeddingCountError, ProviderMismatchError
+from grandbo.errors import (
+    EmbeddingCountError,
+    EmbeddingError,
+    GrandboError,
+    ProviderMismatchError,
+    ProviderUnavailableError,
+)
 from grandbo.http import closing
 from grandbo.model import EmbeddingSpace
 
 _AHEAD: ContextVar[tuple[QueryBatcher, str, Future[Sequence[float]]] | None] = ContextVar(
     "grandbo_query_ahead", default=None
 )
+
+SLOW_S = 600.0  # how long a topic of a batch that timed out is sent alone
+SLOW_MOST = 4096  # slow topics remembered at most (the oldest forgotten first)
 
 
 class QueryBatcher:
@@ -63,6 +81,8 @@ class QueryBatcher:
         self._lock = threading.Lock()
         self.lanes = max(1, lanes)
         self._threads: list[threading.Thread] = []
+        self._quiet_until = 0.0  # nothing sent before (monotonic seconds): the provider's Retry-After
+        self._slow: dict[str, float] = {}  # a topic of a batch that timed out: sent alone until (monotonic seconds)
 
     def close(self) -> None:
         """Close the wrapped providers' clients."""
@@ -71,6 +91,8 @@ class QueryBatcher:
 
     def warm(self) -> None:
         """Load every model session now (a server's first requests should not pay for it)."""
+        if (quiet := self._quiet()) is not None:  # (a health probe: not before the provider's Retry-After)
+            raise quiet
         for model in (self.inner, self.solo):
             if model is not None:
                 model.embed(["warm up the query model"], "query")
@@ -87,9 +109,23 @@ class QueryBatcher:
         """Queue the query embedding of `text`; its Future, which holds the provider's error when it fails. One
         cancelled before the model takes it is left out of the batch."""
         done: Future[Sequence[float]] = Future()
+        if (quiet := self._quiet()) is not None:
+            done.set_exception(quiet)
+            return done
         self._waiting.put((text, done))
         self._ensure_running()
         return done
+
+    def _quiet(self) -> ProviderUnavailableError | None:
+        """While the provider's last Retry-After runs, the error every query gets instead of a call; else None."""
+        left = self._quiet_until - time.monotonic()
+        if left <= 0:
+            return None
+        return ProviderUnavailableError(
+            f"{self.name} asked to be sent nothing for {left:.0f} s more (its Retry-After): recall is by words only "
+            "until then.",
+            detail={"provider": self.name, "retry_after_s": left},
+        )
 
     def _ensure_running(self) -> None:
         with self._lock:
@@ -138,21 +174,43 @@ class QueryBatcher:
         such a batch is asked again in halves down to the queries at fault (`embeddings.apart`, shared with the embed
         worker), so that one org's topic costs no other org's recall its vector arm (probe 31); within `budget_s` of
         the batch's first call, the wait a recall asking alone has for its vector (one provider call's timeout): a
-        query not answered by then gets the batch's error, and its recall goes on lexically."""
+        query not answered by then gets the batch's error, and its recall goes on lexically. The slow topics are sent
+        each alone, after the others (see the module); nothing is sent while the provider's Retry-After runs."""
+        if (quiet := self._quiet()) is not None:
+            self._answered(batch, quiet)
+            return
+        now = time.monotonic()
+        slow = [query for query in batch if self._slow.get(query[0], 0.0) > now]
+        if len(slow) < len(batch):
+            self._together(model, [query for query in batch if all(query is not alone for alone in slow)])
+        for query in slow:
+            self._together(model, [query], alone=True)
+
+    def _together(
+        self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]], *, alone: bool = False
+    ) -> None:
+        """`batch` sent in one call, asked again in halves when refused (`_settle`); `alone`: a slow topic's."""
+        if (quiet := self._quiet()) is not None:
+            self._answered(batch, quiet)
+            return
         until = time.monotonic() + self.budget_s
         answer = self._embedded(model, batch)
+        if alone and isinstance(answer, EmbeddingError) and answer.detail.get("timed_out"):
+            answer = _topic_only(answer)
         if not isinstance(answer, BaseException):
             self._answered(batch, answer)
             return
         Apart[tuple[str, Future[Sequence[float]]], Vectors](lambda queries: self._embedded(model, queries),
               lambda: not isinstance(self._embedded(model, [(CANARY, Future())]), BaseException),
-              self._answered, self._answered, until).run(batch, answer)  # fmt: skip
+              self._answered, self._answered, until,
+              alone=lambda queries, error: self._answered(queries, _topic_only(error))).run(batch, answer)  # fmt: skip
 
     def _embedded(self, model: Provider, batch: list[tuple[str, Future[Sequence[float]]]]) -> Vectors | BaseException:
         """The provider's vectors for the batch's texts, or its error."""
         try:
             vectors = model.embed([text for text, _ in batch], "query")
         except BaseException as error:  # each waiting request gets the provider's own error
+            self._heed(error, [text for text, _ in batch])
             return error
         if len(vectors) != len(batch):
             return EmbeddingCountError(
@@ -160,6 +218,24 @@ class QueryBatcher:
                 detail={"provider": self.name, "expected": len(batch), "received": len(vectors)},
             )
         return vectors
+
+    def _heed(self, error: BaseException, texts: list[str]) -> None:
+        """What a failed call says of the next ones: the provider's Retry-After (no call before it runs out, as the
+        embed worker does), and after a timeout, its topics sent alone for SLOW_S."""
+        if not isinstance(error, GrandboError):
+            return
+        now = time.monotonic()
+        with self._lock:
+            if isinstance(wait := error.detail.get("retry_after_s"), float):
+                self._quiet_until = max(self._quiet_until, now + wait)
+            if isinstance(error, ProviderUnavailableError) and error.detail.get("timed_out"):
+                for text in texts:
+                    self._slow.pop(text, None)  # the newest last: forgotten last
+                    self._slow[text] = now + SLOW_S
+                for text in [text for text, until in self._slow.items() if until <= now][:SLOW_MOST]:
+                    del self._slow[text]
+                while len(self._slow) > SLOW_MOST:
+                    del self._slow[next(iter(self._slow))]
 
     @staticmethod
     def _answered(batch: list[tuple[str, Future[Sequence[float]]]], answer: Vectors | BaseException) -> None:
@@ -169,6 +245,14 @@ class QueryBatcher:
             return
         for (_, done), vector in zip(batch, answer, strict=True):
             done.set_result(vector)  # type: ignore[arg-type]  # one row of the provider's Vectors
+
+
+def _topic_only(error: BaseException) -> BaseException:
+    """`error` marked as one topic's own (`topic_only` in its detail): a slow topic's timeout when sent alone, a
+    topic found at fault by halving its batch; the process is not marked degraded for it (`health`)."""
+    if not isinstance(error, EmbeddingError):
+        return error
+    return type(error)(error.message, detail={**error.detail, "topic_only": True})
 
 
 @contextmanager
