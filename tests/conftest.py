@@ -161,7 +161,9 @@ def pg_database(pg_server: LocalPostgres, _pg_migrated: str, request: pytest.Fix
     name = "t_" + re.sub(r"[^a-z0-9]+", "_", request.module.__name__.lower())[-40:] + "_" + secrets.token_hex(3)
     url = pg_server.create_app_database(name, APP_ROLE, APP_PASSWORD, OWNER_ROLE, OWNER_PASSWORD, template=_pg_migrated)
     PostgresStore(url, index_terms, migrate_url=owner_url(url)).close()  # finds every migration applied
+    _SUPERUSER_URLS[url] = pg_server.url(name)
     yield url
+    del _SUPERUSER_URLS[url]
     pg_server.drop_database(name)
 
 
@@ -206,25 +208,48 @@ def reads_after_the_search(monkeypatch: pytest.MonkeyPatch, waits: Callable[[str
     return waited
 
 
+# A superuser's URL of each module database (`pg_database`), by its runtime URL: `reset_postgres` empties it.
+_SUPERUSER_URLS: dict[str, str] = {}
+_BIG_TABLE_BYTES = 1 << 20
+# One statement, run as the superuser (row-level security does not filter it) with triggers off for its
+# transaction (the event logs' append-only guards, the foreign keys): a table whose file holds pages has its rows
+# deleted or, past _BIG_TABLE_BYTES, is truncated; then the vector column and the per-org HNSW indexes go.
+# TRUNCATE alone gave each table it named (its indexes, its TOAST table) new files: after a test that wrote a few
+# entries (6 tables) a reset took 100-150 ms, against 26-34 ms now (this 2-core machine under load, 50 resets
+# each; a reset of an untouched database ~30 ms either way), before each of the ~870 Postgres tests of the suite.
+# The big tables are truncated still, so that the dead rows a module's tests leave behind stay few.
+_RESET = f"""
+DO $$
+DECLARE
+    name text;
+    written regclass;
+BEGIN
+    SET LOCAL session_replication_role = replica;
+    FOR written IN
+        SELECT c.oid FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = 'public' AND c.relkind = 'r' AND c.relname <> 'schema_migrations'
+            AND pg_relation_size(c.oid) > 0
+    LOOP
+        IF pg_relation_size(written) > {_BIG_TABLE_BYTES} THEN
+            EXECUTE format('TRUNCATE %s CASCADE', written);
+        ELSE
+            EXECUTE format('DELETE FROM %s', written);
+        END IF;
+    END LOOP;
+    FOR name IN SELECT indexname FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%' LOOP
+        EXECUTE format('DROP INDEX IF EXISTS %I', name);
+    END LOOP;
+    ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding;
+END
+$$
+"""
+
+
 def reset_postgres(url: str) -> None:
-    """Empty every Grandbo table of the module's database between tests, as its owner (TRUNCATE is not
-    row-filtered, and only the owner may drop the vector column and indexes). Only the tables whose files hold
-    pages are truncated: a table a test never wrote to is empty, and TRUNCATE gives each table it names new files
-    (all the tables at once took ~50 ms of Postgres's time, before each of the ~870 Postgres tests of the suite).
-    A file's size says so whatever row-level security lets the owner see (the tables FORCE it)."""
-    with psycopg.connect(owner_url(url), autocommit=True) as conn:
-        sizes = dict(
-            conn.execute(  # type: ignore[arg-type]
-                "SELECT tablename, pg_relation_size(quote_ident(tablename)) FROM pg_tables"
-                " WHERE schemaname = 'public' AND tablename <> 'schema_migrations'"
-            ).fetchall()
-        )
-        if written := [table for table, size in sizes.items() if size > 0]:
-            conn.execute("TRUNCATE " + ", ".join(written) + " CASCADE")
-        for (index,) in conn.execute("SELECT indexname FROM pg_indexes WHERE indexname LIKE 'entry_vectors_hnsw_%'"):
-            conn.execute(f'DROP INDEX IF EXISTS "{index}"')
-        if "entry_vectors" in sizes:
-            conn.execute("ALTER TABLE entry_vectors DROP COLUMN IF EXISTS embedding")
+    """Empty every Grandbo table of the module's database (runtime URL `url`, made by `pg_database`) between
+    tests, and drop what the runtime role's DDL added (the vector column, the per-org HNSW indexes): see _RESET."""
+    with psycopg.connect(_SUPERUSER_URLS[url], autocommit=True) as conn:
+        conn.execute(_RESET)  # type: ignore[arg-type]
 
 
 @pytest.fixture(params=BACKENDS)

@@ -68,7 +68,8 @@ def test_two_api_processes_and_two_workers_answer_alike_without_sticky_routing(p
         env = _worker_env(
             pg_database, tmp_path, fake.url, GRANDBO_KEY_CACHE_SECONDS="0.5", GRANDBO_EMBED_BATCH_SIZE="3"
         )
-        settings = Settings(home=tmp_path, database_url=pg_database, openai_base_url=fake.url,
+        # This process's key cache is the API processes' (0.5 s): the org made again below waits out that, not 2 s.
+        settings = Settings(home=tmp_path, database_url=pg_database, openai_base_url=fake.url, key_cache_seconds=0.5,
                             openai_model="fake-embed", openai_dimension=8, openai_api_key="k")  # fmt: skip
         with Grandbo.init(settings, embedding="openai") as grandbo:
             acme = grandbo.org("acme", create=True)

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 
 import httpx
@@ -26,6 +27,7 @@ from grandbo.history.registry import reader
 from grandbo.retrieval.text import index_terms
 from grandbo.service import Grandbo
 from grandbo.store.postgres.store import PostgresStore
+from grandbo.tiers import imported as imported_module
 from grandbo.tiers.imported import HISTORY, RUNNING, Imported
 from tests.serving import free_port, until
 
@@ -85,6 +87,14 @@ def test_a_worker_started_while_postgres_is_down_waits_for_it_and_then_embeds(ow
         memory.remember_many([{"title": f"disk latency {n}"} for n in range(20)])
         assert memory.stats().unreadable == 20
     halt()
+    migrate = subprocess.run([sys.executable, "-m", "grandbo", "migrate"], env=_env(tmp_path, url), text=True,
+                             capture_output=True, timeout=120)  # fmt: skip
+    assert migrate.returncode == 2 and "Cannot reach Postgres" in migrate.stderr, migrate  # operators: at once
+    bounded = subprocess.run([sys.executable, "-m", "grandbo", "worker"], text=True, capture_output=True,
+                             env=_env(tmp_path, url, GRANDBO_STORE_WAIT_SECONDS="1"), timeout=120)  # fmt: skip
+    assert bounded.returncode == 2 and "GRANDBO_STORE_WAIT_SECONDS=1) and gives up" in bounded.stderr, bounded
+    # The waiting worker is started last, and Postgres resumed once it says it waits: its back-off (1 s, doubling)
+    # had grown to 8-15 s while the two commands above ran, and the test waited most of a pause out after resume.
     log = tmp_path / "worker.err"
     with log.open("w") as err:
         worker = subprocess.Popen([sys.executable, "-m", "grandbo", "worker", "--poll", "0.2"], env=_env(tmp_path, url),
@@ -95,12 +105,6 @@ def test_a_worker_started_while_postgres_is_down_waits_for_it_and_then_embeds(ow
         said = log.read_text()
         assert "waits for postgresql://" in said and "trying again in" in said and "Traceback" not in said, said
         assert "app-password" not in said  # the URL without its password
-        migrate = subprocess.run([sys.executable, "-m", "grandbo", "migrate"], env=_env(tmp_path, url), text=True,
-                                 capture_output=True, timeout=120)  # fmt: skip
-        assert migrate.returncode == 2 and "Cannot reach Postgres" in migrate.stderr, migrate  # operators: at once
-        bounded = subprocess.run([sys.executable, "-m", "grandbo", "worker"], text=True, capture_output=True,
-                                 env=_env(tmp_path, url, GRANDBO_STORE_WAIT_SECONDS="1"), timeout=120)  # fmt: skip
-        assert bounded.returncode == 2 and "GRANDBO_STORE_WAIT_SECONDS=1) and gives up" in bounded.stderr, bounded
         resume()
         with Grandbo.open(settings, embed_here=False) as grandbo:
             memory = grandbo.org("acme")
@@ -190,11 +194,15 @@ def test_an_import_an_outage_cut_short_says_how_far_it_got_and_the_next_is_not_r
         assert (again.unchanged, again.imported) == (CHUNK, CHUNK * 2), again.to_dict()
 
 
-def test_a_lease_the_outage_kept_is_given_back_once_the_store_answers(own_postgres, down, tmp_path):
+def test_a_lease_the_outage_kept_is_given_back_once_the_store_answers(own_postgres, down, tmp_path, monkeypatch):
     """Another process (another server) sees the org's import lease given back by its holder, alive, once the store
     answers again: not at the end of the lease."""
     _, url = own_postgres
     halt, resume = down
+    # The holder tries again every 0.2 s, not from 1 s doubling to 15: while Postgres came back (seconds, a crash
+    # recovery) its pause had grown, and the test waited most of it out. Not given back, the lease runs 90 s.
+    monkeypatch.setattr(imported_module, "GIVE_BACK", timedelta(seconds=0.1))
+    monkeypatch.setattr(imported_module, "RENEW", timedelta(seconds=0.2))
     settings = Settings(home=tmp_path / "home", database_url=url, store_timeout_seconds=0.5)
     with Grandbo.init(settings, embedding="deterministic") as grandbo:  # the holder, alive all along
         imported = Imported(grandbo.org("leased", create=True).incidents)
