@@ -2,7 +2,8 @@
 transaction of the org for them all, the org set and the schema fence checked once; writes stay out of it, a
 read that fails ends it, and a lost connection is read again on a fresh one.
 
-Transactions are counted at psycopg (each `Connection.transaction()` begun on an idle connection), never timed; the
+Transactions are counted at psycopg (each `Connection.transaction()` begun on an idle connection, and each statement
+that begins one, `store.postgres.begun`), never timed; the
 documents read together are converted once the transaction gave its connection back to the pool (seen in the pool's
 own counts, and in the order of the connection's return and of what the conversion logs).
 """
@@ -46,6 +47,9 @@ def _recorded(monkeypatch: pytest.MonkeyPatch, *, here: bool) -> list[list[str]]
 
     def executed(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
         mine = (threading.get_ident() == thread) == here
+        if mine and str(query).startswith("BEGIN; "):  # begun with its first statement (`store.postgres.begun`)
+            begun.append([])
+            current[id(self.connection)] = begun[-1]
         if mine and id(self.connection) in current and str(query):  # not the pool's check
             current[id(self.connection)].append(str(query))
         return execute(self, query, params, **kwargs)
@@ -116,12 +120,13 @@ def test_a_first_recall_reads_the_orgs_facts_in_one_transaction(postgres, transa
     assert not [sql for sql in facts if "AND doc_id = %s" in sql], facts
     assert len(facts) == 5, facts
     # The counts, then the odd outcomes an older release left (on their partial index, read with the model:
-    # `ledger_odd`), then the ledger's version after the count (counts made at a known version are kept after an
-    # outcome written, `LedgerSource.carried`).
+    # `ledger_odd`), sent together in one round trip; then the ledger's version after the count (counts made at a
+    # known version are kept after an outcome written, `LedgerSource.carried`).
     assert [sql for sql in counts if "entry_id = ANY" in sql], counts
-    assert "GROUP BY" in counts[-3] and "ref = ANY" in counts[-3] and "FROM orgs" in counts[-1], counts
-    assert "ref = ANY" in counts[-2] and "outcome_odd" in counts[-2], counts
-    assert len(counts) == 5, counts
+    counted, odd = counts[-2].split("; ")
+    assert "GROUP BY" in counted and "ref = ANY" in counted and "FROM orgs" in counts[-1], counts
+    assert "ref = ANY" in odd and "outcome_odd" in odd, counts
+    assert len(counts) == 4, counts
     assert not any(_reads_documents(statements) for statements in transactions)  # kept: not read again
 
 
@@ -161,12 +166,12 @@ def test_a_first_recall_from_an_image_reads_the_store_in_two_transactions(postgr
     assert "max(version) FROM schema_migrations" in reads[0] and reads[0].count("set_config") == 2, reads[0]
     assert sum("set_config" in sql for sql in reads) == 1, reads
     assert not [sql for sql in reads if "<=>" in sql or "FROM embed_outbox" in sql], reads
-    assert [sql for sql in reads if "GROUP BY" in sql]
+    assert [sql for sql in reads if "GROUP BY" in sql and "outcome_odd" in sql]
     (entries,) = [sql for sql in reads if "entry_id = ANY" in sql]
     assert "content_hash" in entries and "terms" not in entries, entries  # what an Entry is made of, not the index's
     stamps = [sql for sql in reads if "SELECT (SELECT epoch FROM orgs" in sql]
     assert len(stamps) == 1, reads  # the ledger's version after its count
-    assert len(reads) == 5, reads  # with the odd outcomes' read (`ledger_odd`)
+    assert len(reads) == 4, reads  # the odd outcomes' read (`ledger_odd`) sent with the count, in one round trip
     # The vector arm's: its settings (the org, the HNSW scan's) and the schema fence, then the search.
     (vector,) = elsewhere
     assert len(vector) == 2 and vector[0].count("set_config") == 3 and "<=>" in vector[1], vector
@@ -434,3 +439,48 @@ def test_a_key_not_verified_a_moment_ago_is_read_in_two_transactions(postgres, t
     assert sum("set_config" in sql for sql in together) == 1, together
     assert any("SELECT (SELECT epoch FROM orgs" in sql for sql in together), together  # the generation
     assert any("FROM documents" in sql for sql in together), together  # the key's record
+
+
+@pytest.mark.postgres
+def test_a_first_recall_s_read_transactions_begin_in_their_first_statement_s_round_trip(
+    postgres, transactions, elsewhere, monkeypatch, tmp_path
+):
+    """A first recall loaded from an image makes one round trip to the server per statement of its two read
+    transactions and of its vector search's (on a helper thread), and one per COMMIT: the BEGIN goes in each
+    transaction's first statement (`store.postgres.begun`). Before, psycopg sent each BEGIN on its own, a round
+    trip more per transaction (of a first recall's 19 round trips, 15 on its thread and 4 on the helper's), each
+    a wait for the server's process to be scheduled on a busy machine. Round trips counted in libpq's own trace
+    of the connections the recall's thread takes (the helper's is one: `OrgSearch.ahead`), each simple Query and
+    each Sync of the extended protocol, never timed; the answer is the same."""
+    topic = "auth-service sessions dropped after the redis failover"
+    with Grandbo.open(postgres) as grandbo:
+        grandbo._keeper.save_min = 1  # its index saved after its first recall builds it
+        built = grandbo.org("acme").recall(topic, 5)
+    trace, getconn, thread = (tmp_path / "libpq.trace").open("w"), ConnectionPool.getconn, threading.get_ident()
+    tracing = [True]
+
+    def taken(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        conn = getconn(self, *args, **kwargs)
+        if threading.get_ident() == thread and tracing[0]:
+            conn.pgconn.trace(trace.fileno())
+            conn.pgconn.set_trace_flags(pq.Trace.SUPPRESS_TIMESTAMPS)
+        return conn
+
+    with Grandbo.open(postgres) as grandbo:
+        memory = grandbo.org("acme")
+        transactions.clear()
+        elsewhere.clear()
+        monkeypatch.setattr(ConnectionPool, "getconn", taken)
+        loaded = memory.recall(topic, 5)
+        tracing[0] = False
+        for conn in grandbo._store._pool._pool:  # type: ignore[attr-defined]
+            conn.pgconn.untrace()
+        assert grandbo._keeper.counts["loaded"] == 1
+    trace.close()
+    sent = [line.split("\t") for line in (tmp_path / "libpq.trace").read_text().splitlines()]
+    round_trips = sum(1 for part in sent if part[0] == "F" and part[2].split()[0] in ("Query", "Sync"))
+    searched = [statements for statements in elsewhere if any("<=>" in sql for sql in statements)]
+    assert len(transactions) == 2 and len(searched) == 1, (transactions, elsewhere)
+    made = [*transactions, *searched]
+    assert round_trips == sum(len(statements) + 1 for statements in made), (round_trips, made)
+    assert [(h.entry.id, h.composite) for h in loaded.hits] == [(h.entry.id, h.composite) for h in built.hits]

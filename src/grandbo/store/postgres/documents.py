@@ -107,7 +107,16 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
     def _read_rows(self, org_id: str, statements: Sequence[tuple[str, tuple[Any, ...]]]) -> list[list[Any]]:
         def read() -> list[list[Any]]:
             with self._tx(org_id, join=True) as conn:
-                return [conn.execute(sql, params).fetchall() for sql, params in statements]
+                if len(statements) == 1:
+                    return [conn.execute(*statements[0]).fetchall()]
+                # Sent in one simple query, their parameters bound here as literals: one round trip, not one each
+                # (a first recall's count of its runbooks' outcomes and the odd ones among them, `OrgDocuments.tally`).
+                with psycopg.ClientCursor(conn) as cursor:
+                    cursor.execute("; ".join(sql for sql, _ in statements), [p for _, ps in statements for p in ps])
+                    rows = [cursor.fetchall()]
+                    while cursor.nextset():
+                        rows.append(cursor.fetchall())
+                return rows
 
         return self._retrying(read)
 
