@@ -32,7 +32,7 @@ import structlog
 from grandbo.config import Settings
 from grandbo.embed_jobs import TIMED_OUT, TIMED_OUT_AGAIN
 from grandbo.embeddings.apart import Apart
-from grandbo.embeddings.base import CANARY, Provider, capped_batch, embed_checked, space_of
+from grandbo.embeddings.base import CANARY, Provider, capped_batch, embed_checked, space_of, texts_fault
 from grandbo.errors import (
     EmbeddingError,
     GrandboError,
@@ -90,6 +90,7 @@ class EmbedWorker:
         self._maintenance_stop = threading.Event()
         self._look_at = 0.0  # when `take_over` looks again (monotonic seconds)
         self._quiet_until = 0.0  # no claim before (monotonic seconds): the provider's Retry-After (`_retry_later`)
+        self._outages = 0  # batches failed whole in a row for the provider's sake (`_pause`)
 
     # Jobs claimed per round trip, in provider batches: one claim (a write transaction that also reads
     # the entries' text) serves several provider calls, which lifted bulk writes by a tenth. At most
@@ -177,7 +178,9 @@ class EmbedWorker:
                     if self._apart(batch, caught, report, claimed_at + lease / 2):
                         continue
                     report.failing = True
+                    self._pause(caught)
                     break
+                self._outages = 0
                 if len(batch) == size:  # a short batch's fixed costs would weigh as a full one's
                     self._measured(len(batch), time.monotonic() - began)
                 try:
@@ -236,6 +239,22 @@ class EmbedWorker:
             until,
             give_back,
         ).run(batch, caught)
+
+    # An outage (the provider unreachable, a 5xx, the account refused) fails every batch alike. The loops claimed the
+    # next batch at once (`grandbo worker`) or a poll later (the server's), each job of the backlog spending an
+    # attempt on a provider known to be failing: an outage longer than the attempts' back-off failed every queued job
+    # of every org for good. After a batch failed whole so, nothing is claimed for its retry delay, longer for each
+    # such batch in a row (OUTAGE_MOST_S at most): a batch at a time asks whether the provider is back.
+    OUTAGE_MOST_S = 300.0
+
+    def _pause(self, caught: Exception) -> None:
+        """No claim for a while after a batch failed whole with `caught`, when that says the provider is failing (not
+        a text of the batch, nor a timeout: a text may make the provider slow, `embed_jobs.TIMED_OUT`)."""
+        if texts_fault(caught) or (isinstance(caught, ProviderUnavailableError) and caught.detail.get("timed_out")):
+            return
+        self._outages += 1
+        wait = retry_delay(self._outages, self.settings.embed_retry_seconds, most=self.OUTAGE_MOST_S)
+        self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
 
     def _embeds(self, text: str) -> bool:
         """Whether the provider embeds `text` alone (its vector unused)."""
