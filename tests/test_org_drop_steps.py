@@ -5,7 +5,11 @@ finishes it first."""
 
 from __future__ import annotations
 
+import os
+import signal
 import sqlite3
+import subprocess
+import sys
 import threading
 
 import pytest
@@ -227,4 +231,34 @@ def test_the_worker_finishes_a_drop_cut_short_in_a_process_restarted_at_once(gra
         monkeypatch.setattr(orgs, "DROP_STALE_S", 0.0)
         monkeypatch.setattr(SQLiteStore, "MAINTAIN_EVERY_S", 0.0)
         assert restarted._store.maintain() == ["big"]
+    assert _rows(settings, "big") == dict.fromkeys(ORG_TABLES, 0) and _marked(settings) == []
+
+
+# `grandbo orgs delete` in a process of its own that kills itself (SIGKILL) at its drop's first step: the org's row
+# went (the drop's first write committed), every other row of it is left.
+_KILLED_AT_THE_FIRST_STEP = """
+import os, signal, sys
+from grandbo.cli import app
+def at(frame, what, arg):
+    if what == "call" and frame.f_code.co_name == "step" and frame.f_code.co_filename.endswith("orgs.py"):
+        os.kill(os.getpid(), signal.SIGKILL)
+sys.setprofile(at)
+app(["orgs", "delete", sys.argv[1], "--yes"], prog_name="grandbo")
+"""
+
+
+@embedded
+def test_a_drop_killed_mid_way_is_finished_by_the_next_command_at_once(grandbo, settings):
+    """Probe 32: a drop killed -9 left the dropped org's rows (its entries' text) in the file through every command
+    run in the next 30 s (`DROP_STALE_S`: its process might still be at it); its process is proved gone now."""
+    _seed(grandbo, "big", 30)
+    _seed(grandbo, "other", 3)
+    env = {**os.environ, "GRANDBO_HOME": str(settings.home)}
+    killed = subprocess.run([sys.executable, "-c", _KILLED_AT_THE_FIRST_STEP, "big"], env=env, capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    assert _rows(settings, "big")["memory_entries"] == 30 and _marked(settings) == ["org_dropping:big"]
+    stats = subprocess.run([sys.executable, "-m", "grandbo", "stats", "--org", "other"], env=env, capture_output=True,
+                           text=True, timeout=120)  # fmt: skip
+    assert stats.returncode == 0, stats.stderr[-2000:]
     assert _rows(settings, "big") == dict.fromkeys(ORG_TABLES, 0) and _marked(settings) == []

@@ -383,8 +383,7 @@ class OrgMemory:
         return self._entries.vectors(entry_ids)
 
     def embedding(self, entry_id: str) -> EmbeddingState:
-        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, unembeddable, or not
-        queued."""
+        """Where the entry's vector stands: embedded, pending (attempts, next try), failed, unembeddable, unqueued."""
         return embedding_state(self._entries, entry_id, self._process_settings.embed_max_attempts)
 
     def examples(self, content_type: str, limit: int = 5) -> list[Entry]:
@@ -414,8 +413,9 @@ class OrgMemory:
 
     def stats(self) -> CorpusStats:
         waiting, failed = self._work.counts(self._process_settings.write_behind_max_attempts)
-        stats = self._entries.stats(self._process_settings.embed_max_attempts)
-        return stats.model_copy(update={"write_behinds": waiting, "write_behinds_failed": failed})
+        stats, unfinished = self._entries.stats(self._process_settings.embed_max_attempts), self.erasure.unfinished()
+        return stats.model_copy(update={"write_behinds": waiting, "write_behinds_failed": failed,
+                                        "erasures_unfinished": unfinished})  # fmt: skip
 
     def stored(self) -> tuple[int, int | None]:  # stored bytes and the limit, without `stats`' corpus join
         return self._entries.stored()

@@ -379,11 +379,11 @@ class CorpusStats(BaseModel):
     write_behinds: int = Field(0, description="Acknowledged write-behinds (incident syncs, edits' learning, "
                                "alerts' triage) not done yet.")  # fmt: skip
     write_behinds_failed: int = Field(0, description="Write-behinds that gave up (see `grandbo backfill`).")
-    stored_bytes: int = Field(
-        0,
-        description="What the organization has stored, in bytes: the JSON of its memory "
-        "log and its documents' history (GRANDBO_ORG_STORAGE_LIMIT_MB counts it).",
-    )
+    stored_bytes: int = Field(0, description="What the organization has stored, in bytes: the JSON of its memory "
+                              "log and its documents' history (GRANDBO_ORG_STORAGE_LIMIT_MB counts it).")  # fmt: skip
+    erasures_unfinished: list[dict[str, Any]] = Field(default_factory=list, description="Erasures of a text cut "
+        "short (erasure_id, at, entries_holding: its entries still holding the text, remedy): finished by the "
+        "re-driver.")  # fmt: skip
     storage_limit_bytes: int | None = Field(None, description="The most it may store (None: no limit); a write "
                                             "that would pass it is refused, 507 storage_limit.")  # fmt: skip
 

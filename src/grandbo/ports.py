@@ -365,11 +365,11 @@ class OrgDocuments(Protocol):
 
     def erase(
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False,
-        forget: Forgetting | None = None,
+        forget: Forgetting | None = None, work: Sequence[NewWork] = (),
     ) -> tuple[int, int]:  # fmt: skip
-        """Erase `text` (in any case unless `exact`) from every document and event of their history (it reads
-        "[purged]"), recording `audit`, in one transaction (`only_if_found`: none if not found), deleting there too
-        the documents `forget` names for a record rewritten, with their history; (docs rewritten or gone, events)."""
+        """Erase `text` (in any case unless `exact`) from every document and event of their history ("[purged]"),
+        recording `audit` and `work`, in one transaction (`only_if_found`: none if not found), deleting there too the
+        documents `forget` names for a record rewritten, with their history; (docs rewritten or gone, events)."""
         ...
 
     def load(self, log: DocumentLog) -> int:

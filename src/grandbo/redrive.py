@@ -57,6 +57,7 @@ log = structlog.get_logger(__name__)
 INCIDENT_SYNC = "incident.sync"  # subject: the incident; payload: {"actor"}
 LEARNING_SETTLE = "learning.settle"  # subject: the edit signal; payload: {"actor"}
 ALERT_TRIAGE = "alert.triage"  # subject: the alert
+ERASURE_FINISH = "erasure.finish"  # subject: the erasure (`tiers.erasure`); payload: {"actor"}
 CLAIM = 16  # pieces of work one claim leases, at most
 # About how long the work of one claim may take, as timed (`Redriver.run_once`): `grandbo worker` takes turns
 # between a claim of embed jobs and one of write-behinds, and a claim of 16 alert triages over a large org
@@ -173,6 +174,8 @@ def redo(memory: OrgMemory, work: Work, claimed: Sequence[Work] = ()) -> object:
         if stored is not None and stored.state == "received":  # pruned, or triaged already: nothing to do
             recall_for(memory, stored, patient=True, done=claimed)
             return COMPLETED if claimed else None
+    elif work.kind == ERASURE_FINISH:  # an erasure cut short (`tiers.erasure`): the entries its record names
+        memory.erasure.finish(work.subject)
     else:
         raise ValueError(f"unknown write-behind {work.kind!r} (written by a newer Grandbo?)")
     return None

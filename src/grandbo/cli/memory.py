@@ -366,7 +366,10 @@ def stats(org: OrgOption = None, as_json: JsonOption = False) -> None:
     if as_json:
         _print_json(figures.model_dump(mode="json"))
         return
-    shown = figures.model_dump()
+    shown = figures.model_dump(exclude={"erasures_unfinished"})
     width = max(map(len, shown))
     for key, value in shown.items():
         say(f"{key:>{width}}: {value if key != 'space' else figures.space}")
+    for cut in figures.erasures_unfinished:  # an erasure cut short: said until it is finished
+        say(f"erasure {cut['erasure_id']} (begun {cut['at']}) is unfinished: {cut['entries_holding']} entries still "
+            f"hold its text; {cut['remedy']}", err=True)  # fmt: skip

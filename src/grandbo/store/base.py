@@ -345,7 +345,7 @@ class DocumentStore(Protocol):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
-        forget: Forgetting | None = None,
+        forget: Forgetting | None = None, work: Sequence[NewWork] = (),
     ) -> tuple[int, int]:  # fmt: skip
         """`ports.OrgDocuments.erase`, the text given as its `erasure_pattern`; the old bytes are freed. `sieve`: the
         text has no character JSON escapes: a row whose JSON text `pattern` finds nothing in holds none of it and is

@@ -249,11 +249,12 @@ class ScopedDocuments(OrgDocuments):
 
     def erase(
         self, text: str, audit: DocumentWrite, actor: str, *, exact: bool = False, only_if_found: bool = False,
-        forget: Forgetting | None = None,
+        forget: Forgetting | None = None, work: Sequence[NewWork] = (),
     ) -> tuple[int, int]:  # fmt: skip
         return self._store.erase_document_text(
             self._org, erasure_pattern(text, exact=exact), audit, actor, only_if_found=only_if_found,
             sieve=sieves(text), holding=erasure_probe(text, exact=exact), incarnation=self._incarnation, forget=forget,
+            work=[dataclasses.replace(w, after=max(w.after, self._grace)) for w in work],
         )  # fmt: skip
 
     def load(self, log: DocumentLog) -> int:

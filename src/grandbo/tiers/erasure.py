@@ -6,9 +6,14 @@ every entry whose events ever held it is purged (through the handle's `purge`, a
 document and every event of the documents' history reads "[purged]" where the text was, in one transaction
 that also records the erasure (collection `erasures`: who, why, how much; never the text) and deletes the refusal of
 each rejected rule the text was a word of (its digest gives the word back to a guess: `learning_model.refusals_erased`).
-An erasure that purges entries records itself first, `running`, naming those it sets out to purge, and `done` at the
-end with those it purged: one cut short between its batches (a crash) leaves a record naming every entry it purged,
-among the rest (the same erasure run again finishes them under a record of its own).
+An erasure that purges entries erases the documents first, in the transaction that records it `running` (ref
+`running`), naming the entries it sets out to purge, with a write-behind that finishes it (`FINISH`); then it purges
+them in batches, and records itself `done`. One cut short between its batches (kill -9, a crash) is finished by the
+re-driver (`grandbo worker`, the server, the next CLI command on the embedded store): the listed entries not purged
+yet are purged and the record is `done`, `resumed` (logged `memory.erasure_resumed`). The text itself is never kept,
+so only what the record names can be finished, which is why the documents go first: a crash before that transaction
+commits leaves nothing erased and nothing recorded. Until it is finished, `unfinished` (`grandbo stats`,
+`/v1/stats`) names it and how many of its entries still hold the text.
 
 The text is matched in any case (`Jane Roe` erases `JANE ROE` and `jane roe`: an operator erasing a leaked
 name means every spelling of it) unless `exact`. A text found nowhere erases nothing and records no erasure:
@@ -31,7 +36,8 @@ from grandbo.erased import ERASURES, PURGED_TEXT, erase_text, erasure_pattern, s
 from grandbo.erased import erasure_probe as _probe  # the database's filter of an erasure's reads
 from grandbo.errors import InvalidInputError, validation_fields
 from grandbo.model import utcnow
-from grandbo.ports import Document, DocumentWrite, OrgDocuments, OrgEntries
+from grandbo.ports import Document, DocumentWrite, NewWork, OrgDocuments, OrgEntries
+from grandbo.redrive import ERASURE_FINISH
 from grandbo.tiers.incident_model import INCIDENTS, Incident
 from grandbo.tiers.learning_model import refusals_erased
 from grandbo.tiers.profile import PROFILE, Profile
@@ -42,6 +48,13 @@ if TYPE_CHECKING:
 log = structlog.get_logger(__name__)
 
 COLLECTION = ERASURES
+RUNNING = "running"  # an erasure's record (and its ref) while it has entries left to purge
+FINISH = ERASURE_FINISH  # the write-behind finishing an erasure (`finish`); subject: the erasure id
+UNFINISHED_REMEDY = (
+    "it was cut short (a crash, kill -9) and is finished by the re-driver: a running `grandbo worker` or server "
+    "within a minute, `grandbo worker --once`, or (embedded store) the next CLI command; `grandbo stats` names it "
+    "until then. If it stays, `grandbo backfill` gives its write-behind back when it gave up (see its last error)."
+)
 MIN_LENGTH = 4  # shorter texts would erase words everywhere
 # Events of the org's log read at once while finding the entries that held the text: an entry's event holds its body
 # (up to 200,000 characters, 800 KB of 4-byte ones), so a read of a text the database cannot filter holds 100 of them
@@ -126,26 +139,87 @@ class Erasure:
         self._refuse(text, pattern, exact=exact)
         held, searched = self._held(text, pattern, exact=exact)
         audit = {"reason": reason.strip(), "actor": actor, "at": utcnow().isoformat(), "exact": exact}
-        if held:  # recorded first, `running`: an erasure cut short between batches still names what it purged
-            self._documents.put([DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "running",
-                                               "entries": held}, "erasing", essential=True)], actor)  # fmt: skip
-        report.entries = self._purge(held, reason.strip(), actor)
-        write = DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "done", "entries": report.entries},
-                              "erased")  # fmt: skip
+        # With entries to purge: recorded `running`, with what finishes it, in the documents' erasure's transaction.
+        done = DocumentWrite(COLLECTION, report.erasure_id, {**audit, "status": "done", "entries": []}, "erased")
         report.documents, report.document_events = self._documents.erase(
-            text, write, actor, exact=exact, only_if_found=not report.entries, forget=refusals_erased
-        )
-        if not report.found:
+            text, _running(report.erasure_id, audit, held) if held else done, actor, exact=exact,
+            only_if_found=not held, forget=refusals_erased, work=_finishing(report, actor) if held else [],
+        )  # fmt: skip
+        if not held and not report.found:
             report.erasure_id = ""
             return report
-        # The erasure has counted itself (`grandbo.unerased`): work that read the text before (an incident's sync
-        # copying a finding into an entry) writes nothing from here on, but may have written since the search.
-        late, _ = self._held(text, pattern, after=searched, exact=exact)
-        if late := self._purge(late, reason.strip(), actor):
-            report.entries += late  # and its record names them too
-            done = {**audit, "status": "done", "entries": report.entries}
-            self._documents.put([DocumentWrite(COLLECTION, report.erasure_id, done, "erased", essential=True)], actor)
+        if not held:  # The erasure has counted itself (`grandbo.unerased`): work that read the text before (an
+            # incident's sync copying a finding into an entry) writes nothing from here on, but may have since.
+            if not (held := self._late(text, pattern, searched, exact)):
+                return report
+            self._documents.put([_running(report.erasure_id, audit, held)], actor, work=_finishing(report, actor))
+            searched = -1  # looked already
+        failed: list[BaseException] = []
+
+        def finish() -> None:
+            try:
+                report.entries = self._finish(report.erasure_id, lambda: self._late(text, pattern, searched, exact))
+            except Exception as error:  # counted as a failed attempt: the re-driver finishes it later
+                failed.append(error)
+                raise
+
+        if not self._memory.run_work(FINISH, report.erasure_id, finish) and not failed:
+            finish()  # not leased (another process took it): purging what is purged already writes nothing
+        if failed:
+            raise failed[0]
         return report
+
+    def _late(self, text: str, pattern: re.Pattern[str], searched: int, exact: bool) -> list[str]:
+        """The entries written holding the text after the search that ended at `searched` (-1: none looked for)."""
+        return [] if searched < 0 else self._held(text, pattern, after=searched, exact=exact)[0]
+
+    def finish(self, erasure_id: str) -> list[str]:
+        """Finish the erasure `erasure_id` if it is `running` (a crash cut it short: `grandbo.redrive`): purge the
+        entries it names that are not purged yet, and record it `done`, `resumed`; the entries it names. The text is
+        not kept: what it had erased from documents it had erased before it purged any entry."""
+        return self._finish(erasure_id, resumed=True)
+
+    def _finish(self, erasure_id: str, late: Callable[[], list[str]] = list, *, resumed: bool = False) -> list[str]:
+        """Purge the entries the `running` record names (and those `late` finds, named in the record first), then
+        record it `done`; the entries purged (all it names, when `resumed`). Nothing when it is not running."""
+        doc = self._documents.get(COLLECTION, erasure_id)
+        if doc is None or not isinstance(doc.data, dict) or doc.data.get("status") != RUNNING:
+            return []
+        data = doc.data
+        listed, reason, actor = [str(e) for e in data.get("entries", [])], str(data["reason"]), str(data["actor"])
+        if resumed:
+            log.warning("memory.erasure_resumed", org_id=self._memory.org, erasure_id=erasure_id, entries=len(listed),
+                        holding=len(self._holding(listed)), actor=actor)  # fmt: skip
+        purged = self._purge(listed, reason, actor)
+        while more := [entry for entry in late() if entry not in listed]:
+            listed += more  # named before they are purged: a crash now leaves them to the re-driver too
+            self._documents.put([_running(erasure_id, data, listed)], actor)
+            purged += self._purge(more, reason, actor)
+            late = list
+        done = {
+            **data,
+            "status": "done",
+            "entries": listed if resumed else purged,
+            **({"resumed": True} if resumed else {}),
+        }
+        self._documents.put([DocumentWrite(COLLECTION, erasure_id, done, "erased", essential=True)], actor)
+        return listed if resumed else purged
+
+    def unfinished(self) -> list[dict[str, Any]]:
+        """The org's erasures cut short and not finished yet: each one's id, when it began, how many of the entries
+        it names still hold the text, and what finishes it."""
+        found = []
+        for doc in self._documents.find(COLLECTION, [RUNNING]):
+            data = doc.data if isinstance(doc.data, dict) else {}
+            holding = len(self._holding([str(e) for e in data.get("entries", [])]))
+            found.append({"erasure_id": doc.doc_id, "at": data.get("at"), "entries_holding": holding,
+                          "remedy": UNFINISHED_REMEDY})  # fmt: skip
+        return found
+
+    def _holding(self, entry_ids: Sequence[str]) -> list[str]:
+        """Those of `entry_ids` not purged yet (a purged entry reads "[purged]", with no body)."""
+        held = self._entries.get_many(entry_ids)
+        return [e for e in entry_ids if e in held and (held[e].title, held[e].body) != (PURGED_TEXT, "")]
 
     def _purge(self, held: list[str], reason: str, actor: str) -> list[str]:
         """Purge the entries `held` (`OrgEntries.purge_many`, in batches); those purged."""
@@ -217,6 +291,17 @@ class Erasure:
                 "then this one; a word such as a key's scope or an outcome's kind cannot be erased alone.",
                 detail={"documents": unreadable[:20]},
             )
+
+
+def _running(erasure_id: str, audit: dict[str, Any], entries: list[str]) -> DocumentWrite:
+    """The record of an erasure with `entries` to purge, before it has purged them (`RUNNING`, also its ref)."""
+    data = {**audit, "status": RUNNING, "entries": entries}
+    return DocumentWrite(COLLECTION, erasure_id, data, "erasing", ref=RUNNING, essential=True)
+
+
+def _finishing(report: ErasureReport, actor: str) -> list[NewWork]:
+    """The write-behind that finishes the erasure should its process not (`Erasure.finish`)."""
+    return [NewWork(FINISH, report.erasure_id, {"actor": actor})]  # a re-driver waits out the write-behind grace
 
 
 def _field_names(pattern: re.Pattern[str], records: Sequence[Any]) -> set[str]:

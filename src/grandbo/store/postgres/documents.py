@@ -246,7 +246,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "",  # sieve: no use here, psycopg hands each row decoded
-        incarnation: Incarnation | None = None, forget: Forgetting | None = None,
+        incarnation: Incarnation | None = None, forget: Forgetting | None = None, work: Sequence[NewWork] = (),
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id), holding=holding,
@@ -258,6 +258,7 @@ class DocumentsMixin(SharedDocuments, PostgresConnection):
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             recorded = record_erasure(conn, SQL, jsonb, org_id, audit, actor)
+            record_work(conn, org_id, work)  # what finishes the erasure, should this process not (`tiers.erasure`)
             storage.charge(conn, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
             counted(conn, DOCUMENTS, org_id)
         self._vacuum("documents", "document_events")

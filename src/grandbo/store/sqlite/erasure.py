@@ -18,7 +18,7 @@ from grandbo.erased import entry_erased, erase_text
 from grandbo.errors import GrandboError, NotFoundError
 from grandbo.incarnation import Incarnation
 from grandbo.model import Entry, EventType, utcnow
-from grandbo.ports import DocumentWrite, Forgetting
+from grandbo.ports import DocumentWrite, Forgetting, NewWork
 from grandbo.store import projection
 from grandbo.store.base import check_documents, loads_json
 from grandbo.store.sql import storage
@@ -35,6 +35,7 @@ from grandbo.store.sqlite.dialect import DOCUMENTS, REPLACE, json_text
 from grandbo.store.sqlite.documents import SQL
 from grandbo.store.sqlite.entries import INSERT_EVENT, LAST_SEQ, WRITE_ROW, row_to_db, rows
 from grandbo.store.sqlite.images import MADE_BEFORE_A_PURGE, ORGS_WITH_ONE, ImageEraser
+from grandbo.store.sqlite.pending import record_work
 
 log = structlog.get_logger(__name__)
 
@@ -129,13 +130,13 @@ class Erasure(Connection):
     def erase_document_text(
         self, org_id: str, pattern: re.Pattern[str], audit: DocumentWrite, actor: str, *, only_if_found: bool = False,
         sieve: bool = False, holding: str = "", incarnation: Incarnation | None = None,
-        forget: Forgetting | None = None,
+        forget: Forgetting | None = None, work: Sequence[NewWork] = (),
     ) -> tuple[int, int]:  # fmt: skip
         check_documents([audit])
         found = self._found(org_id, lambda data, own_id: erase_text(data, pattern, own_id=own_id),
                             sieve=pattern if sieve else None, holding=holding, forget=forget)  # fmt: skip
         with self._leaving_no_copy("erasure"):
-            return self._erase_document_text(org_id, found, audit, actor, only_if_found, incarnation)
+            return self._erase_document_text(org_id, found, audit, actor, only_if_found, incarnation, work)
 
     def _found(
         self, org_id: str, rewrite: Callable[[Any, str], Any], mentioning: Sequence[str] = (),
@@ -156,7 +157,7 @@ class Erasure(Connection):
 
     def _erase_document_text(
         self, org_id: str, found: DocumentRewrite, audit: DocumentWrite, actor: str, only_if_found: bool,
-        incarnation: Incarnation | None,
+        incarnation: Incarnation | None, work: Sequence[NewWork],
     ) -> tuple[int, int]:  # fmt: skip
         with self._write(org_id) as db, erasing(db, org_id, "erasure of a text from documents"):
             self._require_org(db, org_id, incarnation)
@@ -164,6 +165,7 @@ class Erasure(Connection):
             if only_if_found and not (rewritten.documents or rewritten.events):
                 return 0, 0
             recorded = record_erasure(db, SQL, json_text, org_id, audit, actor)
+            record_work(db, org_id, work)  # what finishes the erasure, should this process not (`tiers.erasure`)
             storage.charge(db, DOCUMENTS, org_id, rewritten.history_bytes + recorded, limit_mb=0)
             counted(db, DOCUMENTS, org_id)
         return rewritten.documents + rewritten.forgotten, rewritten.events

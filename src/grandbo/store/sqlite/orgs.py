@@ -21,9 +21,11 @@ import structlog
 from grandbo.errors import ConflictError
 from grandbo.incarnation import Incarnation
 from grandbo.model import utcnow
+from grandbo.processes import named_gone
 from grandbo.store import projection
 from grandbo.store.base import CREDENTIALS, DROPPED, DROPS_KEPT_S, loads_json
 from grandbo.store.sql.documents import HAS_KEYS
+from grandbo.store.sql.holders import holder
 from grandbo.store.sqlite.connection import Connection, next_epoch
 from grandbo.store.sqlite.dialect import REPLACE, marks
 from grandbo.store.sqlite.erasure import erasing
@@ -37,6 +39,9 @@ DROP_ROWS = 500  # rows of a dropped org deleted by one statement
 DROP_STEP_S = 0.02  # a drop's write deletes DROP_ROWS at a time until it has held the write lock this long
 DROPPING = "org_dropping:"  # + org id: a `store_meta` key while the org's rows go, valued with its last step's time
 DROP_STALE_S = 30.0  # a drop that took no step for this long was cut short (a crash)
+DROPPER = "org_dropper:"  # + org id: a `store_meta` key valued with the process deleting the org's rows (`holder`):
+# one proved gone (killed on this machine: `grandbo.processes`) was cut short, and the next open finishes its drop at
+# once; it waited out DROP_STALE_S, so a command run right after the kill left the org's rows in the file (probe 32)
 # The order a drop empties the tables in. Embed jobs first, so that workers stop embedding the org; its entries
 # before their vectors, so that no vector is written for an entry after its row went (`write_vectors`).
 _DROPPED_IN_STEPS = ("embed_outbox", "pending_work", "idempotency_keys", "documents", "document_events",
@@ -88,6 +93,10 @@ class Orgs(Connection):
                     kept = (DROPPED,) * keyed + (DROPPING,) * exists
                     db.executemany(f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
                                    [(key + org_id, now.isoformat()) for key in kept])  # fmt: skip
+                    if exists:
+                        db.execute(
+                            f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)", (DROPPER + org_id, holder())
+                        )
                     db.execute(f"DELETE FROM documents WHERE org_id = ? AND collection IN ({marks(len(CREDENTIALS))})",
                                (org_id, *CREDENTIALS))  # fmt: skip
                     db.execute("DELETE FROM orgs WHERE org_id = ?", (org_id,))
@@ -101,12 +110,16 @@ class Orgs(Connection):
         return (utcnow() - datetime.fromisoformat(found[0])).total_seconds() if found is not None else None
 
     def finish_drops(self) -> list[str]:
-        """Finish every drop cut short (at open): one whose last step is DROP_STALE_S old. A drop going on in
-        another process is left to it; every process that opens the store meanwhile would otherwise join in."""
+        """Finish every drop cut short (at open): one whose last step is DROP_STALE_S old, or whose process is proved
+        gone (`DROPPER`). A drop going on in another process is left to it; every process that opens the store
+        meanwhile would otherwise join in."""
         stale = (utcnow() - timedelta(seconds=DROP_STALE_S)).isoformat()
         with self._reading() as db:
-            marked = db.execute("SELECT key FROM store_meta WHERE key LIKE ? AND value < ?", (DROPPING + "%", stale))
-            orgs = [key.removeprefix(DROPPING) for (key,) in marked.fetchall()]
+            marked = db.execute(
+                "SELECT m.key, m.value < ?, d.value FROM store_meta m LEFT JOIN store_meta d ON d.key = ? || substr("
+                "m.key, ?) WHERE m.key LIKE ?", (stale, DROPPER, len(DROPPING) + 1, DROPPING + "%"),
+            ).fetchall()  # fmt: skip
+        orgs = [key.removeprefix(DROPPING) for key, old, by in marked if old or (by is not None and named_gone(by))]
         for org_id in orgs:
             self._finish_drop(org_id)
         return orgs
@@ -204,8 +217,10 @@ class _Dropping:
                 self.deleted += more
                 if time.monotonic() - started > DROP_STEP_S:
                     db.execute("UPDATE store_meta SET value = ? WHERE key = ?", (utcnow().isoformat(), *marker))
+                    db.execute(f"{REPLACE} INTO store_meta (key, value) VALUES (?, ?)",
+                               (DROPPER + self.org_id, holder()))  # this process goes on with it  # fmt: skip
                     return True
-            db.execute("DELETE FROM store_meta WHERE key = ?", marker)
+            db.execute("DELETE FROM store_meta WHERE key IN (?, ?)", (*marker, DROPPER + self.org_id))
         self.finished = True
         return False
 
