@@ -140,3 +140,26 @@ def test_a_topic_found_at_fault_by_halving_does_not_mark_the_process_degraded():
     answered (GRANDBO_PROVIDER_PROBE_SECONDS)."""
     assert not _degraded_by_a_refused_topic("poison")
     assert _degraded_by_a_refused_topic("")  # a provider that refuses every topic (any text) still marks it degraded
+
+
+def _degraded_by_a_lone_refused_topic(refused: str) -> tuple[bool, int]:
+    """Whether a recall's topic refused when asked alone (no other query waiting: a server under light load) marks
+    the process degraded, and the provider calls it took."""
+    with FakeEmbeddings(dimension=8) as fake:
+        fake.behaviour.reject_for.add(refused)
+        batcher = QueryBatcher(get_provider("openai", _settings(fake.url, 30)), lanes=1)
+        health = Health(15.0, lambda: batcher, store=None)
+        try:
+            with pytest.raises(EmbeddingError):
+                health.for_recall().embed(["poison topic of one org"], "query")
+            return health.error() is not None, len(fake.behaviour.requests)
+        finally:
+            batcher.close()
+
+
+def test_a_topic_refused_alone_does_not_mark_the_process_degraded_when_the_provider_embeds_another_text():
+    """A topic asked alone (the common case under light load) and refused for its own text (HTTP 400) marked the
+    process degraded: every org's recalls went lexical until a probe answered, as a batched one did before the
+    halving. The provider is asked `CANARY` once to tell the topic's fault from a refusal of every request."""
+    assert _degraded_by_a_lone_refused_topic("poison") == (False, 2)
+    assert _degraded_by_a_lone_refused_topic("") == (True, 2)  # every text refused: the process is degraded

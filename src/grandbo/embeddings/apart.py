@@ -38,8 +38,9 @@ class Apart(Generic[Item, Answer]):
     `canary`: whether the provider embeds `CANARY` alone; `answered`: settle items with a usable answer; `refused`:
     settle items with an error (the caller counts the attempt); `give_back`: items not asked, after an outage
     (None: `refused` with the outage's error); `until`: the time.monotonic() past which no provider call starts;
-    `alone`: settle one item found at fault by the halving, the provider having answered a half or `CANARY` meanwhile
-    (its error is the text's own, not the provider's state; None: `refused`)."""
+    `alone`: settle one item found at fault, the provider having answered a half or `CANARY` meanwhile (a batch of
+    one item refused for its text asks `CANARY` then): its error is the text's own, not the provider's state (None:
+    `refused`, and no `CANARY` asked for a lone item)."""
 
     ask: Callable[[list[Item]], Answer | BaseException]
     canary: Callable[[], bool]
@@ -71,7 +72,10 @@ class Apart(Generic[Item, Answer]):
         """`texts`: `CANARY` was embedded since the batch failed; `proven`: the provider answered a half or `CANARY`
         since (a half of the batch that failed: all but the first call)."""
         if len(batch) == 1 or not texts_fault(caught) or not self.time_left():
-            own = proven and len(batch) == 1 and texts_fault(caught) and self.alone is not None
+            # One item refused for its text, the provider answering meanwhile: a half, `CANARY`, or (asked alone
+            # from the first) `CANARY` now, when the caller settles such items apart (`alone`: the query batcher's).
+            own = len(batch) == 1 and texts_fault(caught) and self.alone is not None
+            own = own and (proven or texts or (self.time_left() and self.canary()))
             self._refuse(batch, caught, alone=own)
             return len(batch) == 1 and texts_fault(caught)
         halves = [batch[: len(batch) // 2], batch[len(batch) // 2 :]]

@@ -13,7 +13,7 @@ meanwhile, after the other queries of its batch, so that a topic that makes the 
 batched with it their vector arm once, not every time it is asked. (Not asked again alone at once: the recall's budget,
 one call's timeout, was spent by the batch.) A slow topic's own timeout then is the topic's, not the provider's
 (`topic_only` in its detail): the process is not marked degraded for it (`health`), nor for a topic found at fault
-by halving a refused batch.
+by halving a refused batch, or refused alone while the provider embeds `CANARY`.
 
 A server's route may ask for its query's embedding ahead (`ask`), wait for it on the event loop rather than on a
 thread of its own, and then run its recall on a thread inside `embedded`, where the recall's embedding of that
