@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 
 import pytest
+import structlog
 
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
@@ -30,11 +31,13 @@ def test_after_a_batch_failed_for_the_providers_sake_no_other_batch_is_sent_unti
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_retry_seconds=60)
     with Grandbo.init(settings, embedding="openai") as grandbo:
         first, other = grandbo.org("acme", create=True), grandbo.org("globex", create=True)
-        first.remember({"title": "disk full on node b"})  # embedded after its commit: refused
+        with structlog.testing.capture_logs() as logs:
+            first.remember({"title": "disk full on node b"})  # embedded after its commit: refused
         entries = [other.remember({"title": f"certificate expired on edge {n}"}) for n in range(3)]
         report = grandbo.worker().run_once()
         states = [other.embedding(entry.id) for entry in entries]
     assert len(fake.behaviour.requests) == 1
+    assert [log["seconds"] for log in logs if log["event"] == "memory.embedding_paused"] == [60.0]
     assert report.claimed == 0 and {(state.state, state.attempts) for state in states} == {("pending", 0)}
 
 

@@ -255,6 +255,7 @@ class EmbedWorker:
         self._outages += 1
         wait = retry_delay(self._outages, self.settings.embed_retry_seconds, most=self.OUTAGE_MOST_S)
         self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
+        log.warning("memory.embedding_paused", provider=self.provider.name, seconds=wait, in_a_row=self._outages)
 
     def _embeds(self, text: str) -> bool:
         """Whether the provider embeds `text` alone (its vector unused)."""
