@@ -45,6 +45,18 @@ def app_conn(url, org):
     return conn
 
 
+def _complete_while_busy(grandbo, url, jobs) -> int:  # type: ignore[no-untyped-def]
+    """`jobs`' vectors filed while a long transaction of acme's holds its writer lock: how many were filed."""
+    busy = app_conn(url, "acme")
+    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
+    try:
+        vector = np.ones(grandbo.space.dimension, dtype=np.float32)
+        return int(grandbo._store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in jobs]))
+    finally:
+        busy.rollback()
+        busy.close()
+
+
 def test_a_retire_racing_the_worker_never_leaves_the_retired_entry_a_vector(grandbo, url, store):
     store.ensure_org("acme")
     payload = {"title": "checkout-api pool exhausted", "body": "b", "kind": "fact", "source": "admin",
@@ -127,14 +139,8 @@ def test_vectors_filed_past_the_lease_while_the_org_is_busy_leave_the_new_holder
     lease = "SELECT claimed_until, claimed_by, available_at <= now() FROM embed_outbox WHERE org_id = 'acme'"
     with app_conn(url, "acme") as conn:
         held = conn.execute(lease).fetchone()
-    busy = app_conn(url, "acme")  # a long transaction of acme's, holding its writer lock
-    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
-    try:
-        vector = np.ones(grandbo.space.dimension, dtype=np.float32)
-        assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in late]) == 0
-    finally:
-        busy.rollback()
-        busy.close()
+    assert _complete_while_busy(grandbo, url, late) == 0
+    vector = np.ones(grandbo.space.dimension, dtype=np.float32)
     with app_conn(url, "acme") as conn:
         assert conn.execute(lease).fetchone() == held  # still the other worker's, due as it was
     assert held[0] is not None and held[2]
@@ -151,14 +157,7 @@ def test_a_backfill_embeds_the_jobs_given_back_while_their_org_was_busy(grandbo,
     store.ensure_org("acme")
     store.append("acme", [NewEvent("e1", EventType.REMEMBERED, payload, "test", utcnow())])
     jobs = store.claim_jobs(10, 5)
-    busy = app_conn(url, "acme")  # the import's transaction, holding acme's writer lock
-    busy.execute("SELECT 1 FROM orgs WHERE org_id = 'acme' FOR NO KEY UPDATE")
-    try:
-        vector = np.ones(grandbo.space.dimension, dtype=np.float32)
-        assert store.complete_jobs(grandbo.space, [EmbedResult(job, vector) for job in jobs]) == 0
-    finally:
-        busy.rollback()
-        busy.close()
+    assert _complete_while_busy(grandbo, url, jobs) == 0  # (an import's transaction, say)
     report = grandbo.backfill()
     stats = grandbo.org("acme").stats()
     assert (report.embedded, report.errors, stats.readable, stats.pending) == (1, [], 1, 0)

@@ -43,28 +43,28 @@ def _one_line(command: Any) -> None:
             command.short_help = " ".join(first.split())
 
 
-class _Command(TyperCommand):
+class _Tidied:
+    """What `_Command` and `_Group` add to typer's classes: options shown as `_shown` says, a one-line summary."""
+
+    params: list[Any]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         _shown(self.params)
         _one_line(self)
 
     def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
+        option = super().get_help_option(ctx)  # type: ignore[misc]
         _shown([option])
         return option
 
 
-class _Group(TyperGroup):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        _shown(self.params)
-        _one_line(self)
+class _Command(_Tidied, TyperCommand):
+    pass
 
-    def get_help_option(self, ctx: Any) -> Any:
-        option = super().get_help_option(ctx)
-        _shown([option])
-        return option
+
+class _Group(_Tidied, TyperGroup):
+    pass
 
 
 def tidy(app: typer.Typer) -> None:
