@@ -21,6 +21,7 @@ from grandbo.model import parse_entry, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
 from tests.test_embedding_faults import _hosted
+from tests.test_query_batch_apart import asked_together
 
 
 @pytest.fixture
@@ -91,11 +92,7 @@ def test_a_recalls_refused_batch_is_asked_apart_only_within_the_recalls_budget()
         fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
         batcher = QueryBatcher(get_provider("openai", settings), lanes=1, budget_s=1e-9)
         try:
-            first = batcher.ask("first topic, held by the provider")
-            while not fake.behaviour.requests:  # the lane is asking for the first: the next two wait together
-                threading.Event().wait(0.01)
-            evil, victim = batcher.ask("poison topic of one org"), batcher.ask("disk full topic of another org")
-            fake.behaviour.hold.set()
+            first, evil, victim = asked_together(batcher, fake)
             assert len(first.result(timeout=30)) == 8
             for done in (evil, victim):
                 with pytest.raises(EmbeddingError):

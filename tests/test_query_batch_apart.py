@@ -26,6 +26,17 @@ FAULTS = {
 }
 
 
+def asked_together(batcher, fake):  # type: ignore[no-untyped-def]
+    """A first topic the provider holds (`hold_for` "first"), then one org's poison topic and another org's, which
+    wait together behind it for the batcher's one lane; the provider then let go: the three futures."""
+    first = batcher.ask("first topic, held by the provider")
+    while not fake.behaviour.requests:  # the lane is asking for the first: the next two wait together
+        threading.Event().wait(0.01)
+    evil, victim = batcher.ask("poison topic of one org"), batcher.ask("disk full topic of another org")
+    fake.behaviour.hold.set()
+    return first, evil, victim
+
+
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_a_topic_the_provider_refuses_fails_only_its_own_recall(fault):
     with FakeEmbeddings(dimension=8) as fake:
@@ -35,11 +46,7 @@ def test_a_topic_the_provider_refuses_fails_only_its_own_recall(fault):
         fake.behaviour.hold, fake.behaviour.hold_for = threading.Event(), {"first"}
         batcher = QueryBatcher(get_provider("openai", settings), lanes=1)
         try:
-            first = batcher.ask("first topic, held by the provider")
-            while not fake.behaviour.requests:  # the lane is asking for the first: the next two wait together
-                threading.Event().wait(0.01)
-            evil, victim = batcher.ask("poison topic of one org"), batcher.ask("disk full topic of another org")
-            fake.behaviour.hold.set()
+            first, evil, victim = asked_together(batcher, fake)
             assert len(first.result(timeout=30)) == 8
             with pytest.raises(EmbeddingError) as refused:
                 evil.result(timeout=30)

@@ -22,6 +22,7 @@ from grandbo.health import Health
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings, vector_for
 from tests.serving import serving, until
+from tests.test_query_batch_apart import asked_together
 
 
 def _settings(url: str, timeout_s: float) -> Settings:
@@ -120,11 +121,7 @@ def _degraded_by_a_refused_topic(refused: str) -> bool:
         batcher = QueryBatcher(get_provider("openai", _settings(fake.url, 30)), lanes=1)
         health = Health(15.0, lambda: batcher, store=None)
         try:
-            first = batcher.ask("first topic, held by the provider")
-            while not fake.behaviour.requests:  # the lane is asking for the first: the next two wait together
-                threading.Event().wait(0.01)
-            evil, victim = batcher.ask("poison topic of one org"), batcher.ask("disk full topic of another org")
-            fake.behaviour.hold.set()
+            first, evil, victim = asked_together(batcher, fake)
             first.exception(timeout=30), victim.exception(timeout=30)
             with embedded(batcher, "poison topic of one org", evil), pytest.raises(EmbeddingError):
                 health.for_recall().embed(["poison topic of one org"], "query")
