@@ -17,9 +17,9 @@ from grandbo.config import Settings
 from grandbo.embeddings.base import get_provider
 from grandbo.embeddings.batching import QueryBatcher
 from grandbo.errors import EmbeddingError, EntryStateError
-from grandbo.model import parse_entry, utcnow
 from grandbo.service import Grandbo
 from tests.fakes import FakeEmbeddings
+from tests.test_embed_drain_isolated import queued
 from tests.test_embedding_faults import _hosted
 from tests.test_query_batch_apart import asked_together
 
@@ -28,13 +28,6 @@ from tests.test_query_batch_apart import asked_together
 def fake():
     with FakeEmbeddings(dimension=8) as server:
         yield server
-
-
-def _queue(grandbo: Grandbo, org: str, titles: list[str]) -> None:
-    """Entries written without the in-process drain: each leaves one embed job, for the worker."""
-    memory = grandbo.org(org, create=True)
-    grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
-                                for title in titles])  # fmt: skip
 
 
 def _embeddings(fake: FakeEmbeddings) -> list[list[str]]:
@@ -50,7 +43,7 @@ def test_no_half_is_asked_once_the_claims_time_is_up(tmp_path, fake, database_ur
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_lease_seconds=4,
                        http_timeout_seconds=10)  # fmt: skip
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        _queue(grandbo, "acme", ["poison pill text", "disk full on node b", "disk full on node c", "disk full on d"])
+        queued(grandbo, "acme", ["poison pill text", "disk full on node b", "disk full on node c", "disk full on d"])
         asked = len(_embeddings(fake))
         report = grandbo.worker().run_once()
         outbox = raw("SELECT attempts, claimed_until FROM embed_outbox ORDER BY job_id", org="acme")
@@ -67,7 +60,7 @@ def test_a_halving_whose_write_fails_gives_its_jobs_back_at_once(tmp_path, fake,
     fake.behaviour.reject_for.add("poison")
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        _queue(grandbo, "acme", ["disk full on node a", "disk full on node b", "poison pill text", "disk full on d"])
+        queued(grandbo, "acme", ["disk full on node a", "disk full on node b", "poison pill text", "disk full on d"])
 
         def reembedding(texts: list[str]) -> None:
             if texts == ["disk full on node a", "disk full on node b"]:  # the half the provider embeds
@@ -111,7 +104,7 @@ def test_a_batch_past_the_providers_limit_is_sent_in_parts_of_it_and_said_once(t
                         voyage_api_key="test-key", voyage_model="fake-embed", voyage_dimension=8,
                         embed_batch_size=1001, embed_retry_seconds=0, http_timeout_seconds=10)  # fmt: skip
     with structlog.testing.capture_logs() as logs, Grandbo.init(settings, embedding="voyage") as grandbo:
-        _queue(grandbo, "acme", [f"disk full on node {n}" for n in range(2002)])
+        queued(grandbo, "acme", [f"disk full on node {n}" for n in range(2002)])
         worker = grandbo.worker()
         while worker.run_once().claimed:
             pass

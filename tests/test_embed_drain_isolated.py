@@ -24,7 +24,7 @@ def fake():
         yield server
 
 
-def _queued(grandbo: Grandbo, org: str, titles: list[str]) -> None:
+def queued(grandbo: Grandbo, org: str, titles: list[str]) -> None:
     """Entries whose embed jobs wait in the outbox (written as a write does, not embedded by it)."""
     memory = grandbo.org(org, create=True)
     grandbo._store.append(org, [memory._writes._remembered(parse_entry({"title": title}), utcnow(), "test")
@@ -36,7 +36,7 @@ def test_backfill_embeds_the_rest_of_the_backlog_past_a_text_refused_alone(tmp_p
     # batches of 4, one batch a claim (not timed yet): the refused text is in the first claim of 3
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_retry_seconds=60)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        _queued(grandbo, "acme", ["poison text", *(f"disk full on node {n}" for n in range(11))])
+        queued(grandbo, "acme", ["poison text", *(f"disk full on node {n}" for n in range(11))])
         report = grandbo.backfill()
         stats = grandbo.org("acme").stats()
         assert (stats.readable, stats.pending) == (11, 1)  # before: 3 readable, 9 pending (the first claim only)
@@ -44,7 +44,7 @@ def test_backfill_embeds_the_rest_of_the_backlog_past_a_text_refused_alone(tmp_p
 
         # An outage still stops the drain at its first claim: the rest is not asked (nor counts an attempt) in vain.
         fake.behaviour.reject_for, fake.behaviour.reject_status = {""}, 503
-        _queued(grandbo, "acme", [f"kafka lag on partition {n}" for n in range(12)])
+        queued(grandbo, "acme", [f"kafka lag on partition {n}" for n in range(12)])
         asked = len(fake.behaviour.requests)
         report = grandbo.backfill()
         assert (report.claimed, report.failed, report.failing) == (4, 4, True)
@@ -56,7 +56,7 @@ def test_the_background_worker_goes_on_past_a_text_refused_alone(tmp_path, fake,
     fake.behaviour.reject_for.add("poison")
     settings = _hosted(tmp_path, fake.url, database_url=database_url, embed_batch_size=4, embed_retry_seconds=60)
     with Grandbo.init(settings, embedding="openai") as grandbo:
-        _queued(grandbo, "acme", ["poison text", *(f"disk full on node {n}" for n in range(11))])
+        queued(grandbo, "acme", ["poison text", *(f"disk full on node {n}" for n in range(11))])
         worker = grandbo.worker()
         worker.start(poll_seconds=3600)
         try:
