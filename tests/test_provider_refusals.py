@@ -26,10 +26,17 @@ def fake(monkeypatch):
         yield server
 
 
-def _bedrock(tmp_path, url: str):  # type: ignore[no-untyped-def]
+def _bedrock_refusal(tmp_path, url: str, kind: type[EmbeddingError]) -> EmbeddingError:  # type: ignore[no-untyped-def]
+    """The error of a Bedrock embedding asked of the fake at `url` (as it is told to answer), of type `kind`."""
     settings = Settings(home=tmp_path / "home", bedrock_region="us-east-1", bedrock_endpoint_url=url,
                         bedrock_dimension=256, http_timeout_seconds=10.0)  # fmt: skip
-    return get_provider("bedrock", settings)
+    provider = get_provider("bedrock", settings)
+    try:
+        with pytest.raises(kind) as refused:
+            provider.embed(["disk full on node a"])
+    finally:
+        provider.close()
+    return refused.value
 
 
 @pytest.mark.parametrize(("status", "code", "message", "texts"), [
@@ -43,28 +50,18 @@ def test_a_bedrock_refusal_is_a_texts_fault_only_when_its_code_says_the_input(tm
     """The account or the model refused: every request would be, so no batch of it is asked again in halves; a text
     too long for the model: its batch is (before: all four taken for a text's)."""
     fake.behaviour.status, fake.behaviour.aws_error, fake.behaviour.aws_message = status, code, message
-    provider = _bedrock(tmp_path, fake.url)
-    try:
-        with pytest.raises(EmbeddingError) as refused:
-            provider.embed(["disk full on node a"])
-    finally:
-        provider.close()
-    assert not isinstance(refused.value, ProviderUnavailableError)
-    assert refused.value.detail["code"] == code
-    assert texts_fault(refused.value) is texts
+    refused = _bedrock_refusal(tmp_path, fake.url, EmbeddingError)
+    assert not isinstance(refused, ProviderUnavailableError)
+    assert refused.detail["code"] == code
+    assert texts_fault(refused) is texts
 
 
 def test_a_bedrock_throttle_says_the_wait_its_retry_after_asks(tmp_path, fake):
     """A ThrottlingException's Retry-After is the least the embed jobs wait (`retry_after_s`, as the HTTP providers')."""
     fake.behaviour.status, fake.behaviour.aws_error, fake.behaviour.retry_after = 429, "ThrottlingException", "120"
-    provider = _bedrock(tmp_path, fake.url)
-    try:
-        with pytest.raises(ProviderUnavailableError) as throttled:
-            provider.embed(["disk full on node a"])
-    finally:
-        provider.close()
-    assert throttled.value.detail["retry_after_s"] == 120.0  # before: no wait in the detail
-    assert "120 s its Retry-After asks" in throttled.value.message
+    throttled = _bedrock_refusal(tmp_path, fake.url, ProviderUnavailableError)
+    assert throttled.detail["retry_after_s"] == 120.0  # before: no wait in the detail
+    assert "120 s its Retry-After asks" in throttled.message
 
 
 @pytest.mark.parametrize("make", [
