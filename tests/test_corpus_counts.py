@@ -4,8 +4,11 @@ kind of write, on both backends: a writer the triggers missed shows here as a co
 
 from __future__ import annotations
 
+import math
+import re
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -13,6 +16,7 @@ import pytest
 
 from grandbo.model import EmbeddingSpace, utcnow
 from grandbo.service import Grandbo
+from grandbo.store.base import REDERIVE_BATCH
 
 # `corpus_stats` before migration 34: every active entry joined with its vector, every read.
 _FROM_SCRATCH = (
@@ -142,3 +146,68 @@ def test_a_write_of_an_entry_and_one_of_its_vector_in_two_transactions_are_count
             one.commit()
             waiting.join()
         _check(grandbo, raw, "acme")
+
+
+_ENTRY_WRITE = re.compile(r"\s*(?:UPDATE|INSERT INTO|DELETE FROM) memory_entries\b")
+
+
+def _entry_writes(monkeypatch: pytest.MonkeyPatch, work: Callable[[], object]) -> int:
+    """How many statements writing `memory_entries` psycopg sends while `work` runs: an `executemany` sends one a
+    row, and each runs migration 34's statement-level triggers."""
+    sent: list[str] = []
+    execute, executemany = psycopg.Cursor.execute, psycopg.Cursor.executemany
+
+    def on_execute(self, query, params=None, **kwargs):  # type: ignore[no-untyped-def]
+        sent.append(str(query))
+        return execute(self, query, params, **kwargs)
+
+    def on_executemany(self, query, params_seq, **kwargs):  # type: ignore[no-untyped-def]
+        rows = list(params_seq)
+        sent.extend([str(query)] * len(rows))
+        return executemany(self, query, rows, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(psycopg.Cursor, "execute", on_execute)
+        patched.setattr(psycopg.Cursor, "executemany", on_executemany)
+        work()
+    return sum(1 for sql in sent if _ENTRY_WRITE.match(sql))
+
+
+@pytest.fixture
+def acme(grandbo, backend):  # type: ignore[no-untyped-def]
+    """Two batches of `rederive` of entries in acme, and an entry in beta."""
+    if backend == "sqlite":
+        pytest.skip("SQLite's triggers run once a row, whatever the statement")
+    acme = grandbo.org("acme", create=True)
+    acme.remember_many([{"title": f"consumer lag on partition {n}", "body": "the orders topic fell behind"}
+                        for n in range(_MANY)])  # fmt: skip
+    grandbo.org("beta", create=True).remember({"title": "consumer lag on beta's own partition"})
+    return acme
+
+
+_MANY = REDERIVE_BATCH + 500
+
+
+def test_a_language_change_writes_the_terms_a_batch_at_a_time(grandbo, raw, acme, monkeypatch):
+    """A language change derives every entry's terms again, holding the org's writer lock: a batch of rows is one
+    statement, not one a row (each with the triggers' three statements), and the terms and answers are the same."""
+    hits = [hit.entry.id for hit in acme.recall("consumer lagging behind").hits]
+    writes = _entry_writes(monkeypatch, lambda: acme.org_settings.set_language("german"))
+    assert writes == math.ceil(_MANY / REDERIVE_BATCH)
+    assert acme.rebuild().identical and acme.recall("consumer lagging behind").hits
+    _check(grandbo, raw, "acme", "beta")
+    assert _entry_writes(monkeypatch, lambda: acme.org_settings.set_language("auto")) == 2
+    assert [hit.entry.id for hit in acme.recall("consumer lagging behind").hits] == hits
+    assert _entry_writes(monkeypatch, lambda: acme.org_settings.set_language("auto")) == 0  # nothing changed
+
+
+def test_a_replacing_rebuild_writes_the_entries_a_step_at_a_time(grandbo, raw, acme, monkeypatch):
+    """`rebuild --replace` writes every row again, holding the org's writer lock: a step of rows is one
+    statement, and the rows are those the log replays to."""
+    before = sorted(acme.entries(), key=lambda entry: entry.id)
+    raw("UPDATE memory_entries SET title = 'tampered', status = 'retired' WHERE org_id = %s", ("acme",), "acme")
+    assert acme.stats().total == 0
+    writes = _entry_writes(monkeypatch, lambda: acme.rebuild(replace=True))
+    assert writes == 1 + math.ceil(_MANY / 500)  # the delete, then a statement a step
+    assert sorted(acme.entries(), key=lambda entry: entry.id) == before and acme.rebuild().identical
+    _check(grandbo, raw, "acme", "beta")

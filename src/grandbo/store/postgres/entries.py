@@ -25,11 +25,23 @@ from grandbo.ports import NewEvent, RebuildResult, Replayed
 from grandbo.store import projection
 from grandbo.store.base import NOTHING_GIVEN, REDERIVE_BATCH, Given
 from grandbo.store.postgres.connection import PostgresConnection
-from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb, params
-from grandbo.store.postgres.rows import ENTRY_COLUMNS, ENTRY_FIELDS, ENTRY_WIDTH, entry_from_db, row_from_db, row_to_db
+from grandbo.store.postgres.dialect import DOCUMENTS, NEW_EPOCH, PARAM, jsonb
+from grandbo.store.postgres.rows import (
+    ENTRIES_INSERT,
+    ENTRY_COLUMNS,
+    ENTRY_FIELDS,
+    entries_inserted,
+    entry_from_db,
+    row_from_db,
+)
 from grandbo.store.postgres.steps import Step, StepWriter
 from grandbo.store.sql import storage
 from grandbo.store.sql.entries import figures_read, listed, runbooks_read
+
+_TERMS_UPDATE = (
+    "UPDATE memory_entries e SET terms = u.terms FROM unnest(%s::text[], %s::text[]) AS u(entry_id, terms) "
+    "WHERE e.org_id = %s AND e.entry_id = u.entry_id"
+)
 
 
 class EntriesMixin(PostgresConnection):
@@ -129,10 +141,9 @@ class EntriesMixin(PostgresConnection):
                 return result
             conn.execute("DELETE FROM memory_entries WHERE org_id = %s", (org_id,))
             conn.execute(NEW_EPOCH + " WHERE org_id = %s", (org_id,))
-            conn.cursor().executemany(
-                f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) VALUES ({params(ENTRY_WIDTH)})",
-                [row_to_db(row) for row in rows.values()],
-            )
+            replayed = list(rows.values())
+            for start in range(0, len(replayed), self._STEP):  # one statement a step, not one a row
+                conn.execute(ENTRIES_INSERT, entries_inserted(org_id, replayed[start : start + self._STEP]))
         return dataclasses.replace(result, replaced=True)
 
     def get_many(self, org_id: str, entry_ids: Sequence[str]) -> dict[str, Entry]:
@@ -217,10 +228,8 @@ class EntriesMixin(PostgresConnection):
         """`projection.rederive` of one org, in this transaction."""
 
         def write(updates: dict[str, str]) -> None:
-            conn.cursor().executemany(
-                "UPDATE memory_entries SET terms = %s WHERE org_id = %s AND entry_id = %s",
-                [(new, org_id, entry_id) for entry_id, new in updates.items()],
-            )
+            if updates:  # one statement a batch: a row-by-row one runs migration 34's triggers once a row
+                conn.execute(_TERMS_UPDATE, (list(updates), list(updates.values()), org_id))
 
         read = projection.REDERIVE_READ.format(p=PARAM)
         return projection.rederive(

@@ -6,6 +6,7 @@ and one into the parameters of an INSERT, and name the columns in their order.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -32,6 +33,27 @@ def entry_from_db(record: dict[str, Any]) -> Entry:
 
 def row_to_db(row: projection.Row) -> tuple[Any, ...]:
     return projection.row_values(row, jsonb, datetime.fromisoformat)
+
+
+# The types of `ENTRY_COLUMNS` after org_id, in their order: the arrays rows are written as in one statement.
+_TYPES = (
+    "text", "text", "text", "text", "text", "jsonb", "jsonb", "text", "timestamptz", "text", "timestamptz",
+    "timestamptz", "text", "text", "jsonb", "bigint", "text", "text", "text",
+)  # fmt: skip
+assert len(_TYPES) == ENTRY_WIDTH - 1
+ENTRIES_INSERT = (
+    f"INSERT INTO memory_entries ({ENTRY_COLUMNS}) SELECT %s, * FROM unnest("
+    + ", ".join(f"%s::{kind}[]" for kind in _TYPES)
+    + ")"
+)
+"""One org's rows inserted in one statement (parameters: `entries_inserted`): a row-by-row `executemany` runs
+migration 34's statement-level triggers once a row."""
+
+
+def entries_inserted(org_id: str, rows: Iterable[projection.Row]) -> tuple[Any, ...]:
+    """The parameters of `ENTRIES_INSERT` for one org's `rows` (at least one): its id, then a list a column."""
+    columns = zip(*(row_to_db(row)[1:] for row in rows), strict=True)
+    return (org_id, *map(list, columns))
 
 
 # An entry's vector replaced whole: provider, model, dimension and the text's hash are written with it, and the

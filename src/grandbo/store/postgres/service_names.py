@@ -3,7 +3,7 @@ under row-level security (it holds the migrator too), in this transaction."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
@@ -14,6 +14,7 @@ from grandbo.store.base import TermsOf
 from grandbo.store.postgres.dialect import NEW_EPOCH, PARAM, SET_ORG, jsonb
 from grandbo.store.postgres.unembeddable import requeue_entries
 from grandbo.store.sql.service_names import (
+    EntryUpdate,
     normalize_documents,
     normalize_entries,
     read_documents,
@@ -24,6 +25,11 @@ from grandbo.store.sql.service_names import (
 log = structlog.get_logger(__name__)
 
 _WHERE = "WHERE org_id = %s AND collection = %s AND doc_id = %s"
+_ENTRIES_UPDATE = (
+    "UPDATE memory_entries e SET services = u.services, terms = u.terms, content_hash = u.content_hash "
+    "FROM unnest(%s::text[], %s::jsonb[], %s::text[], %s::text[]) AS u(entry_id, services, terms, content_hash) "
+    "WHERE e.org_id = %s AND e.entry_id = u.entry_id"
+)
 
 
 def normalize_service_names(
@@ -55,12 +61,13 @@ def normalize_service_names(
 
 
 def _entries(conn: psycopg.Connection[Any], org_id: str, terms_of: TermsOf, language: str | None) -> list[str]:
-    write = "UPDATE memory_entries SET services = %s, terms = %s, content_hash = %s WHERE org_id = %s AND entry_id = %s"
+    def write(due: Sequence[EntryUpdate]) -> None:
+        ids, names, terms, digests = zip(*due, strict=True)  # one statement a batch (`normalize_entries`: not empty)
+        conn.execute(_ENTRIES_UPDATE, (list(ids), [jsonb(n) for n in names], list(terms), list(digests), org_id))
+
     return normalize_entries(
         lambda after: conn.execute(read_entries(PARAM), (org_id, after)).fetchall(),
-        lambda due: conn.cursor().executemany(
-            write, [(jsonb(names), terms, digest, org_id, entry_id) for entry_id, names, terms, digest in due]
-        ),
+        write,
         lambda title, body, tags, names: " ".join(terms_of(title, body, tags, names, language)),
         lambda value: value,  # jsonb comes parsed
     )
