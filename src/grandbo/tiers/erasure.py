@@ -190,12 +190,12 @@ class Erasure:
         if resumed:
             log.warning("memory.erasure_resumed", org_id=self._memory.org, erasure_id=erasure_id, entries=len(listed),
                         holding=len(self._holding(listed)), actor=actor)  # fmt: skip
-        purged = self._purge(listed, reason, actor)
-        while more := [entry for entry in late() if entry not in listed]:
-            listed += more  # named before they are purged: a crash now leaves them to the re-driver too
+        # Those written late are named before any entry is purged: a crash during the purge leaves them to the
+        # re-driver too, which cannot find them (the text is not kept)
+        if more := [entry for entry in late() if entry not in listed]:
+            listed += more
             self._documents.put([_running(erasure_id, data, listed)], actor)
-            purged += self._purge(more, reason, actor)
-            late = list
+        purged = self._purge(listed, reason, actor)
         done = {
             **data,
             "status": "done",
