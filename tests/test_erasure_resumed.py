@@ -110,3 +110,45 @@ def test_a_purge_text_killed_mid_way_is_finished_by_the_next_command_on_the_embe
     assert "memory.erasure_resumed" in stats.stderr
     assert json.loads(stats.stdout)["erasures_unfinished"] == []
     _finished(settings, erasure_id)
+
+
+# As above, and another process remembers an entry holding the text when the erasure reaches its documents' write
+# (after its search of the entries): an entry written late, which the re-driver can only purge if the record names it.
+_WRITTEN_LATE_THEN_KILLED = """
+import os, signal, subprocess, sys
+from grandbo.cli import app
+calls = []
+def at(frame, what, arg):
+    if what == "call" and frame.f_code.co_name == "erase_document_text" and not calls:
+        calls.append(0)
+        late = subprocess.run([sys.executable, "-m", "grandbo", "remember", "--id", "LATE", "--title", "late",
+                               "--body", "call " + sys.argv[1], "--org", "acme"], capture_output=True, text=True)
+        assert late.returncode == 0, late.stderr
+    if what == "call" and frame.f_code.co_name == "erase_copies":
+        calls.append(1)
+        if len(calls) == 3:
+            os.kill(os.getpid(), signal.SIGKILL)
+sys.setprofile(at)
+app(["purge-text", *sys.argv[1:]], prog_name="grandbo")
+"""
+
+
+def test_an_entry_written_late_is_named_before_the_purge_is_cut_short(settings):
+    """The entries written holding the text after the erasure's search are named in its record before any entry is
+    purged: they were looked for only after the purge, so a kill during it left them holding the text, unnamed, and
+    the re-driver recorded the erasure done."""
+    with Grandbo.init(settings, embedding="deterministic") as grandbo:
+        memory = grandbo.org("acme", create=True)
+        memory.remember_many(
+            [{"id": f"E{n}", "title": f"replica lag {n}", "body": f"call {NAME}"} for n in range(HELD)]
+        )
+        memory.incidents.open(f"{NAME} paged", incident_id="INC-1")
+    killed = subprocess.run([sys.executable, "-c", _WRITTEN_LATE_THEN_KILLED, NAME, "--reason", "gdpr", "--org",
+                             "acme"], env=_env(settings), capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    worker = _grandbo(settings, "worker", "--once")
+    assert worker.returncode == 0, worker.stderr[-2000:]
+    with Grandbo.open(settings) as grandbo:
+        memory = grandbo.org("acme")
+        assert memory.get("LATE").title == "[purged]" and memory.get("LATE").body == ""
+        assert memory.stats().erasures_unfinished == []
